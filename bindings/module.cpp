@@ -1,0 +1,42 @@
+// gravpipe._core: the nanobind module. Bindings translate types; they hold no algorithms.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+#include <omp.h>
+
+#include "gravpipe/cpu_features.hpp"
+#include "gravpipe/cuda_device.hpp"
+#include "gravpipe/error.hpp"
+
+namespace nb = nanobind;
+
+void bind_pipeline(nb::module_& m);
+
+NB_MODULE(_core, m) {
+  m.doc() = "gravpipe C++ core";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const gravpipe::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const gravpipe::BackendError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  m.def("available_isas", [] {
+    std::vector<std::string> names;
+    for (auto isa : gravpipe::available_isas()) names.push_back(gravpipe::isa_name(isa));
+    return names;
+  }, "CPU instruction sets the kernels can use here, best first.");
+  m.def("max_threads", [] { return omp_get_max_threads(); }, "OpenMP threads available.");
+  m.def("cuda_report", [] {
+    const auto r = gravpipe::cuda::query_devices();
+    nb::dict d;
+    d["compiled"] = r.compiled;
+    d["device_count"] = r.device_count;
+    d["status"] = r.status;
+    return d;
+  }, "Whether CUDA sources were compiled, how many devices the runtime sees, and why none.");
+  bind_pipeline(m);
+}

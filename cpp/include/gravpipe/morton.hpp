@@ -1,0 +1,33 @@
+// Morton (Z-order) keys: 21 bits per axis interleaved into 63 bits. Sorting particles by
+// key puts spatial neighbours next to each other, which the pipeline's tiles, the tree and
+// the out-of-core pages all rely on for locality.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+constexpr int kMortonBitsPerAxis = 21;
+
+/// Spread the low 21 bits of v so that bit k moves to bit 3k.
+inline std::uint64_t spread_bits_3(std::uint64_t v) {
+  v &= 0x1fffffULL;
+  v = (v | (v << 32)) & 0x1f00000000ffffULL;
+  v = (v | (v << 16)) & 0x1f0000ff0000ffULL;
+  v = (v | (v << 8)) & 0x100f00f00f00f00fULL;
+  v = (v | (v << 4)) & 0x10c30c30c30c30c3ULL;
+  v = (v | (v << 2)) & 0x1249249249249249ULL;
+  return v;
+}
+
+inline std::uint64_t morton_key(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
+  return spread_bits_3(ix) | (spread_bits_3(iy) << 1) | (spread_bits_3(iz) << 2);
+}
+
+/// The permutation that sorts positions (3n, row-major) by Morton key within their
+/// bounding cube; ties keep input order, so the result is deterministic.
+std::vector<std::int64_t> morton_order(Span<const double> pos);
+
+}  // namespace gravpipe

@@ -1,0 +1,95 @@
+// The GRAPE-style force pipeline on the CPU: j-particle write, i-particle write, compute,
+// result read, each counted and timed (seed 000, PCI-HIB, sections 3-4).
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "gravpipe/cpu_features.hpp"
+#include "gravpipe/j_memory.hpp"
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+enum class Precision { Mixed, Double };
+Precision parse_precision(const std::string& name);
+std::string precision_name(Precision p);
+
+/// Work and time of each pipeline stage since the last reset.
+struct PipelineStats {
+  std::uint64_t calls = 0;
+  std::uint64_t interactions = 0;
+  std::uint64_t j_particles = 0, i_particles = 0;
+  std::uint64_t bytes_j_write = 0, bytes_i_write = 0, bytes_result_read = 0;
+  double seconds_j_write = 0, seconds_i_write = 0, seconds_compute = 0, seconds_result_read = 0;
+  // Mixed precision: (i-vector, j-tile) pairs visited, and how many took the far path.
+  std::uint64_t tile_visits = 0, far_tile_visits = 0;
+};
+
+/// Positions/velocities as (n,3) row-major float64, masses (n,), outputs likewise.
+struct ForceRequest {
+  Span<const double> pos_i;                  // 3 n_i
+  Span<const double> vel_i;                  // 3 n_i, or empty: no jerk
+  Span<const std::int64_t> exclude;          // n_i, or empty: no exclusions
+  Span<double> acc;                          // 3 n_i
+  Span<double> pot;                          // n_i
+  Span<double> jerk;                         // 3 n_i when vel_i is given
+};
+
+class CpuPipeline {
+ public:
+  /// threads <= 0 uses all OpenMP threads. Throws InputError for eps < 0 or non-finite
+  /// eps/G, BackendError for an unavailable isa.
+  CpuPipeline(Precision precision, double eps, double G, const std::string& isa, int threads);
+
+  /// j-particle write: positions (3n), masses (n) and optionally velocities (3n; needed
+  /// for jerk). Replaces the previous j-set.
+  void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel);
+  /// i-particle write + compute + result read. Throws InputError for inconsistent sizes,
+  /// an exclude index >= n_j, or a jerk request without j velocities.
+  void forces(const ForceRequest& req);
+
+  std::size_t n_j() const { return n_j_; }
+  bool has_j_vel() const { return has_j_vel_; }
+  Precision precision() const { return precision_; }
+  Isa isa() const { return isa_; }
+  int threads() const { return threads_; }
+  double eps() const { return eps_; }
+  double G() const { return G_; }
+  PipelineStats stats() const;
+  void reset_stats();
+
+ private:
+  void write_i(const ForceRequest& req, std::size_t n_padded);
+  void compute(std::size_t n_padded, bool with_jerk, bool with_exclude);
+  std::size_t i_row(std::size_t slot) const;
+  void read_results(const ForceRequest& req);
+
+  Precision precision_;
+  Isa isa_;
+  int threads_;
+  double eps_, G_;
+  std::size_t n_j_ = 0;
+  bool has_j_vel_ = false;
+  // j-memory: one of the two pairs is in use, by precision.
+  void write_j_mixed(Span<const double> pos, Span<const double> mass, Span<const double> vel);
+  void write_j_double(Span<const double> pos, Span<const double> mass, Span<const double> vel);
+
+  std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in Morton order
+  std::vector<JVelMixed> j_vel_mixed_;
+  std::vector<JRelMixed> j_rel_mixed_;
+  std::vector<JVelRelMixed> j_vel_rel_mixed_;
+  std::vector<JTileMixed> j_tiles_;
+  std::vector<std::int64_t> j_slot_of_;  // user j index -> slot in the mixed j-memory
+  std::vector<std::int64_t> i_order_;    // mixed i-memory slot -> row of the request
+  std::vector<JPosDouble> j_pos_double_;
+  std::vector<JVelDouble> j_vel_double_;
+  IMemoryMixed i_mixed_;
+  IMemoryDouble i_double_;
+  ResultMemory results_;
+  PipelineStats stats_;
+  mutable std::mutex mutex_;  // one call at a time: the memories are shared state
+};
+
+}  // namespace gravpipe

@@ -1,0 +1,12 @@
+// The force kernels for any CPU: the same loop template with one-lane "vectors".
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "gravpipe/kernel.hpp"
+#include "gravpipe/pair_interaction.hpp"
+#include "simd_scalar.hpp"
+
+namespace gravpipe::kernel::generic {
+#include "kernel_loops.inl"
+}  // namespace gravpipe::kernel::generic

@@ -1,0 +1,95 @@
+// AVX2 + FMA lane types for the force kernels: VF = 8 float lanes, VD = 4 double lanes.
+// Include only from translation units compiled with -mavx2 -mfma, inside an ISA namespace.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace gravpipe::kernel::avx2 {
+
+struct VF {
+  __m256 v;
+  static constexpr int W = 8;
+};
+struct VD {
+  __m256d v;
+  static constexpr int W = 4;
+};
+/// Per-lane excluded j index, in the integer width matching the float lanes.
+struct ExclF {
+  __m256i v;
+};
+struct ExclD {
+  __m256i v;
+};
+
+inline VF operator+(VF a, VF b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline VF operator-(VF a, VF b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline VF operator*(VF a, VF b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline VF fmadd(VF a, VF b, VF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline VF fnmadd(VF a, VF b, VF c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
+inline VD operator+(VD a, VD b) { return {_mm256_add_pd(a.v, b.v)}; }
+inline VD operator-(VD a, VD b) { return {_mm256_sub_pd(a.v, b.v)}; }
+inline VD operator*(VD a, VD b) { return {_mm256_mul_pd(a.v, b.v)}; }
+inline VD fmadd(VD a, VD b, VD c) { return {_mm256_fmadd_pd(a.v, b.v, c.v)}; }
+inline VD fnmadd(VD a, VD b, VD c) { return {_mm256_fnmadd_pd(a.v, b.v, c.v)}; }
+
+inline VF splat(float x) { return {_mm256_set1_ps(x)}; }
+inline VD splat(double x) { return {_mm256_set1_pd(x)}; }
+/// Broadcast from memory: a pure load on current x86 cores (no shuffle port used).
+inline VF broadcast(const float* p) { return {_mm256_broadcast_ss(p)}; }
+inline VD broadcast(const double* p) { return {_mm256_broadcast_sd(p)}; }
+inline VF load(const float* p) { return {_mm256_loadu_ps(p)}; }
+inline VD load(const double* p) { return {_mm256_loadu_pd(p)}; }
+template <class V>
+inline V zero();
+template <>
+inline VF zero<VF>() { return {_mm256_setzero_ps()}; }
+template <>
+inline VD zero<VD>() { return {_mm256_setzero_pd()}; }
+
+/// 1/sqrt(x) in float: the hardware estimate (~12 bits) refined by one Newton-Raphson step
+/// y1 = y0 (3 - x y0^2) / 2 to ~23 bits (max relative error ~2e-7).
+inline VF rsqrt(VF x) {
+  const __m256 y = _mm256_rsqrt_ps(x.v);
+  const __m256 t = _mm256_fnmadd_ps(_mm256_mul_ps(x.v, y), y, _mm256_set1_ps(3.0f));
+  return {_mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(0.5f)), t)};
+}
+/// 1/sqrt(x) in double, correctly rounded square root and division.
+inline VD rsqrt(VD x) { return {_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(x.v))}; }
+
+inline ExclF load_exclude_f(const std::int64_t* p) {
+  alignas(32) std::int32_t e[8];
+  for (int k = 0; k < 8; ++k) e[k] = static_cast<std::int32_t>(p[k]);
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(e))};
+}
+inline ExclD load_exclude_d(const std::int64_t* p) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))};
+}
+/// x with the lanes whose excluded index equals j set to zero.
+inline VF zero_where_excluded(VF x, ExclF ex, std::int64_t j) {
+  const __m256i eq = _mm256_cmpeq_epi32(ex.v, _mm256_set1_epi32(static_cast<std::int32_t>(j)));
+  return {_mm256_andnot_ps(_mm256_castsi256_ps(eq), x.v)};
+}
+inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) {
+  const __m256i eq = _mm256_cmpeq_epi64(ex.v, _mm256_set1_epi64x(j));
+  return {_mm256_andnot_pd(_mm256_castsi256_pd(eq), x.v)};
+}
+
+/// True when every lane of a is greater than the same lane of b.
+inline bool all_greater(VF a, VF b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)) == 0xff;
+}
+
+/// dst[0..W) += lanes of x, in float64: the blocked float64 accumulation of mixed mode.
+inline void add_to(double* dst, VF x) {
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x.v));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x.v, 1));
+  _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), lo));
+  _mm256_storeu_pd(dst + 4, _mm256_add_pd(_mm256_loadu_pd(dst + 4), hi));
+}
+inline void add_to(double* dst, VD x) {
+  _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), x.v));
+}
+
+}  // namespace gravpipe::kernel::avx2

@@ -1,0 +1,56 @@
+// Portable one-lane "vectors" for the generic kernels: the same loop template as the SIMD
+// builds, compiled for any CPU. Plain a*b + c, not std::fma, which is a slow library call
+// on targets without hardware FMA.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace gravpipe::kernel::generic {
+
+struct VF {
+  float v;
+  static constexpr int W = 1;
+};
+struct VD {
+  double v;
+  static constexpr int W = 1;
+};
+struct ExclF {
+  std::int64_t v;
+};
+using ExclD = ExclF;
+
+inline VF operator+(VF a, VF b) { return {a.v + b.v}; }
+inline VF operator-(VF a, VF b) { return {a.v - b.v}; }
+inline VF operator*(VF a, VF b) { return {a.v * b.v}; }
+inline VF fmadd(VF a, VF b, VF c) { return {a.v * b.v + c.v}; }
+inline VF fnmadd(VF a, VF b, VF c) { return {c.v - a.v * b.v}; }
+inline VD operator+(VD a, VD b) { return {a.v + b.v}; }
+inline VD operator-(VD a, VD b) { return {a.v - b.v}; }
+inline VD operator*(VD a, VD b) { return {a.v * b.v}; }
+inline VD fmadd(VD a, VD b, VD c) { return {a.v * b.v + c.v}; }
+inline VD fnmadd(VD a, VD b, VD c) { return {c.v - a.v * b.v}; }
+
+inline VF splat(float x) { return {x}; }
+inline VD splat(double x) { return {x}; }
+inline VF broadcast(const float* p) { return {*p}; }
+inline VD broadcast(const double* p) { return {*p}; }
+inline VF load(const float* p) { return {*p}; }
+inline VD load(const double* p) { return {*p}; }
+template <class V>
+inline V zero() { return {0}; }
+
+inline VF rsqrt(VF x) { return {1.0f / std::sqrt(x.v)}; }
+inline VD rsqrt(VD x) { return {1.0 / std::sqrt(x.v)}; }
+
+inline ExclF load_exclude_f(const std::int64_t* p) { return {*p}; }
+inline ExclD load_exclude_d(const std::int64_t* p) { return {*p}; }
+inline VF zero_where_excluded(VF x, ExclF ex, std::int64_t j) { return {ex.v == j ? 0.0f : x.v}; }
+inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) { return {ex.v == j ? 0.0 : x.v}; }
+
+inline bool all_greater(VF a, VF b) { return a.v > b.v; }
+
+inline void add_to(double* dst, VF x) { *dst += static_cast<double>(x.v); }
+inline void add_to(double* dst, VD x) { *dst += x.v; }
+
+}  // namespace gravpipe::kernel::generic

@@ -1,0 +1,73 @@
+"""Validation at the boundary: every array that enters gravpipe passes through here once.
+
+Each check raises ``ValueError`` with a message that names the argument and, where it
+applies, the first offending index, so that a user can find the bad row in their data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def as_float_array(name: str, value: ArrayLike, shape: tuple[int | None, ...]) -> np.ndarray:
+    """Return ``value`` as a C-contiguous float64 array of the given shape.
+
+    ``shape`` entries that are ``None`` match any length. Raises ``ValueError`` naming
+    ``name`` for a wrong shape, a non-numeric dtype, or a non-finite entry.
+    """
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists and other unconvertible input
+        raise ValueError(f"{name}: cannot be converted to an array ({exc})") from None
+    if arr.ndim == 1 and arr.size == 0 and len(shape) == 2:
+        arr = arr.reshape(0, shape[1] or 0)  # [] is an empty set, reported as such by callers
+    if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
+        raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+        want = "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name}: expected shape {want}, got {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    check_finite(name, arr)
+    return arr
+
+
+def check_finite(name: str, arr: np.ndarray) -> None:
+    """Raise ``ValueError`` naming the first row of ``arr`` that holds NaN or inf."""
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = np.argwhere(~finite)[0]
+        row = int(bad[0])
+        raise ValueError(f"{name}: non-finite value {float(arr[tuple(bad)])!r} at index {row}")
+
+
+def as_index_array(name: str, value: ArrayLike, length: int) -> np.ndarray:
+    """Return ``value`` as a C-contiguous int64 array of shape (length,)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integers, got dtype {arr.dtype}")
+    if arr.shape != (length,):
+        raise ValueError(f"{name}: expected shape ({length},), got {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def check_same_length(**arrays: np.ndarray) -> None:
+    """Raise ``ValueError`` if the arrays do not all have the same first dimension."""
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise ValueError(f"mismatched lengths: {desc}")
+
+
+def check_positive_scalar(name: str, value: float, allow_zero: bool = True) -> float:
+    """Return ``value`` as float after checking it is finite and >= 0 (or > 0)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {value!r}") from None
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name}: must be finite and {bound}, got {value!r}")
+    return v

@@ -1,0 +1,63 @@
+"""Which force backends exist in this build and on this machine, and choosing one.
+
+``backend="auto"`` picks the best available and records which and why; an explicit backend
+that is missing raises :class:`BackendUnavailableError` naming it. There is never a silent
+fallback from one backend to another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gravpipe import _core
+
+KNOWN_BACKENDS = ("cpu", "cuda")
+
+
+class BackendUnavailableError(RuntimeError):
+    """An explicitly requested backend does not exist in this build or on this machine."""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    available: bool
+    detail: str
+
+
+def available_backends() -> dict[str, BackendInfo]:
+    """Every known backend with whether it can run here and a one-line reason.
+
+    The CPU backend always exists (its ``detail`` names the SIMD instruction set and the
+    thread count). The CUDA force kernels are not part of this release; the entry reports
+    what the CUDA runtime sees so that users know what a later release will use.
+    """
+    isas = _core.available_isas()
+    cpu = BackendInfo("cpu", True, f"isa={isas[0]}, threads={_core.max_threads()}")
+    rep = _core.cuda_report()
+    if not rep["compiled"]:
+        why = rep["status"]
+    else:
+        why = (f"the CUDA force kernels are not implemented in this release "
+               f"(CUDA runtime sees {rep['device_count']} device(s): {rep['status']})")
+    cuda = BackendInfo("cuda", False, why)
+    return {"cpu": cpu, "cuda": cuda}
+
+
+def resolve_backend(name: str) -> BackendInfo:
+    """Return the backend to use for ``name`` ("auto", "cpu" or "cuda").
+
+    Raises ``ValueError`` for an unknown name and :class:`BackendUnavailableError` for a
+    known backend that cannot run here.
+    """
+    if name not in ("auto", *KNOWN_BACKENDS):
+        raise ValueError(f"backend: unknown backend {name!r} (expected 'auto', 'cpu' or 'cuda')")
+    backends = available_backends()
+    if name == "auto":
+        for cand in ("cuda", "cpu"):  # best first
+            if backends[cand].available:
+                return backends[cand]
+    info = backends[name]
+    if not info.available:
+        raise BackendUnavailableError(f"backend {name!r} is not available: {info.detail}")
+    return info
