@@ -5,8 +5,9 @@ conditions live in ``gravpipe.ic``. Units are N-body (Henon) units by default: G
 """
 
 from gravpipe.particles import Particles
+from gravpipe.backends import BackendUnavailableError
 from gravpipe.pipeline import Pipeline, PipelineStats, accel, available_backends
 from gravpipe import ic
 
 __version__ = "0.1.0"
-__all__ = ["Particles", "Pipeline", "PipelineStats", "accel", "available_backends", "ic", "__version__"]
+__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "accel", "available_backends", "ic", "__version__"]

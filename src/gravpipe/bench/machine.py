@@ -1,0 +1,37 @@
+"""What machine a benchmark ran on: CPU model, cores, SIMD set, threads, library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import datetime, timezone
+
+import numpy as np
+
+
+def cpu_model() -> str:
+    """The CPU model string (from /proc/cpuinfo on Linux, platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe() -> dict[str, object]:
+    """A JSON-ready description of this machine and build."""
+    from gravpipe import __version__, _core
+
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "openmp_threads": _core.max_threads(),
+        "isa": _core.available_isas()[0],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "gravpipe": __version__,
+    }

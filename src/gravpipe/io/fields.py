@@ -1,0 +1,153 @@
+"""The one table of snapshot contents: every dataset and header attribute, described once.
+
+Writing, reading, checkpoints and ``describe`` (the future ``gravpipe info``) all walk these
+tables instead of naming datasets in several places (the idea of SWIFT's
+``io_make_output_field``). Adding an output field means adding one row to
+``PARTICLE_FIELDS`` and, if it is an extra per-particle array, one keyword to
+``write_snapshot``.
+
+File layout (GADGET-4 HDF5, so that yt and pynbody open the files)::
+
+    /Header          attributes of HEADER_ATTRS
+    /PartType1/      datasets of PARTICLE_FIELDS (gravpipe writes slot 1, "halo"/dark matter)
+    /Parameters      attributes: gravpipe metadata (units, G, integrator, eps, versions, ...)
+    /Integrator      checkpoints only: caller-supplied arrays (datasets) and scalars (attributes)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+#: Version of gravpipe's own conventions inside the GADGET layout (the ``/Parameters``
+#: keys, ``/Integrator``). Bump it when a reader would need to tell old files from new.
+FORMAT_VERSION = 1
+
+#: Number of GADGET particle types; the header arrays have this length.
+N_TYPES = 6
+
+#: The particle type (``/PartType<k>`` group and header slot) that gravpipe writes.
+GRAVPIPE_PART_TYPE = 1
+
+HEADER_GROUP = "Header"
+PARAMETERS_GROUP = "Parameters"
+INTEGRATOR_GROUP = "Integrator"
+
+#: Unit system recorded in ``/Parameters`` when the caller does not give one.
+NBODY_UNITS = "N-body (Henon): G = M = 1"
+
+
+def part_group_name(part_type: int) -> str:
+    """HDF5 group name of a particle type, e.g. ``PartType1``."""
+    return f"PartType{part_type}"
+
+
+@dataclass(frozen=True)
+class SnapshotField:
+    """One per-particle dataset in ``/PartType<k>``.
+
+    Attributes
+    ----------
+    name : str
+        Dataset name in the file (GADGET-4 spelling).
+    dtype : numpy.dtype
+        The dtype gravpipe writes.
+    components : int
+        1 for a dataset of shape (N,), 3 for shape (N, 3).
+    unit : str
+        Physical meaning of one unit of the stored numbers.
+    description : str
+        One line for ``describe``.
+    source : str
+        Where the data lives in memory: a ``Particles`` attribute (``pos``, ``vel``,
+        ``mass``, ``id``) when ``origin == "particles"``, else the name of the extra array
+        (``potential``, ``acceleration``: keywords of ``write_snapshot`` and attributes of
+        ``Snapshot``).
+    origin : "particles" or "extra"
+        Whether the field belongs to the ``Particles`` container or is an extra output.
+    required : bool
+        Reading fails when a required field is absent. ``Masses`` is not required: GADGET
+        files may instead give one mass per type in the header ``MassTable``.
+    """
+
+    name: str
+    dtype: np.dtype
+    components: int
+    unit: str
+    description: str
+    source: str
+    origin: Literal["particles", "extra"]
+    required: bool
+
+    def shape(self, n: int) -> tuple[int, ...]:
+        """Expected dataset shape for ``n`` particles."""
+        return (n,) if self.components == 1 else (n, self.components)
+
+    def accepts(self, dtype: np.dtype) -> bool:
+        """Whether a dataset of ``dtype`` (possibly written by another code) can be read.
+
+        Float fields accept any real float width (float32 files are upcast to float64);
+        integer fields accept any integer width and signedness.
+        """
+        kind = np.dtype(self.dtype).kind
+        wanted = "f" if kind == "f" else "iu"
+        return np.dtype(dtype).kind in wanted
+
+
+PARTICLE_FIELDS: tuple[SnapshotField, ...] = (
+    SnapshotField("Coordinates", np.dtype(np.float64), 3, "N-body length",
+                  "positions", "pos", "particles", True),
+    SnapshotField("Velocities", np.dtype(np.float64), 3, "N-body velocity",
+                  "velocities", "vel", "particles", True),
+    SnapshotField("Masses", np.dtype(np.float64), 1, "N-body mass",
+                  "masses", "mass", "particles", False),
+    SnapshotField("ParticleIDs", np.dtype(np.uint64), 1, "dimensionless",
+                  "unique particle identifiers", "id", "particles", True),
+    SnapshotField("Potential", np.dtype(np.float64), 1, "N-body specific energy (G M / length)",
+                  "gravitational potential per unit mass",
+                  "potential", "extra", False),
+    SnapshotField("Acceleration", np.dtype(np.float64), 3, "N-body acceleration",
+                  "gravitational acceleration", "acceleration", "extra", False),
+)
+
+#: Fields by dataset name, and the extra (non-Particles) fields by source name.
+FIELDS_BY_NAME: dict[str, SnapshotField] = {f.name: f for f in PARTICLE_FIELDS}
+EXTRA_FIELDS: dict[str, SnapshotField] = {f.source: f for f in PARTICLE_FIELDS if f.origin == "extra"}
+
+
+@dataclass(frozen=True)
+class HeaderAttr:
+    """One attribute of ``/Header``: name, dtype, shape (``()`` for a scalar) and meaning."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    description: str
+
+
+HEADER_ATTRS: tuple[HeaderAttr, ...] = (
+    HeaderAttr("NumPart_ThisFile", np.dtype(np.uint64), (N_TYPES,), "particles of each type in this file"),
+    HeaderAttr("NumPart_Total", np.dtype(np.uint64), (N_TYPES,), "particles of each type in the snapshot"),
+    HeaderAttr("NumPart_Total_HighWord", np.dtype(np.uint32), (N_TYPES,),
+               "high 32 bits of NumPart_Total (GADGET-2 convention; zero here)"),
+    HeaderAttr("MassTable", np.dtype(np.float64), (N_TYPES,),
+               "mass per type when all particles of a type share it (0: see Masses)"),
+    HeaderAttr("Time", np.dtype(np.float64), (), "simulation time, N-body time units"),
+    HeaderAttr("Redshift", np.dtype(np.float64), (), "always 0 (not a cosmological run)"),
+    HeaderAttr("BoxSize", np.dtype(np.float64), (), "0 for an isolated (non-periodic) system"),
+    HeaderAttr("NumFilesPerSnapshot", np.dtype(np.int32), (), "files per snapshot (gravpipe writes 1)"),
+)
+
+HEADER_ATTR_NAMES: frozenset[str] = frozenset(a.name for a in HEADER_ATTRS)
+
+#: ``/Parameters`` keys that gravpipe itself fills in; ``describe`` explains them.
+STANDARD_PARAMETERS: dict[str, str] = {
+    "units": "unit system of every number in the file",
+    "G": "gravitational constant in those units",
+    "integrator": "time integrator that produced the run",
+    "eps": "Plummer softening length",
+    "code_version": "gravpipe version that wrote the file",
+    "gravpipe_format_version": "version of gravpipe's conventions inside the GADGET layout",
+}
