@@ -11,6 +11,7 @@
 namespace nb = nanobind;
 
 void bind_pipeline(nb::module_& m);
+void bind_integrate(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "gravpipe C++ core";
@@ -39,4 +40,5 @@ NB_MODULE(_core, m) {
     return d;
   }, "Whether CUDA sources were compiled, how many devices the runtime sees, and why none.");
   bind_pipeline(m);
+  bind_integrate(m);
 }

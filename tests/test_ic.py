@@ -237,9 +237,10 @@ def test_uniform_cube_virial_ratio_is_exact():
 
 
 def test_uniform_cube_large_n_cold_is_fine_but_virial_is_refused():
-    assert ic.uniform_cube(20001, seed=1).n == 20001
-    with pytest.raises(ValueError, match=r"^n\b.*20000"):
-        ic.uniform_cube(20001, seed=1, virial_ratio=0.5)
+    n = ic.CUBE_VIRIAL_MAX_N + 1
+    assert ic.uniform_cube(n, seed=1).n == n
+    with pytest.raises(ValueError, match=rf"^n\b.*{ic.CUBE_VIRIAL_MAX_N}"):
+        ic.uniform_cube(n, seed=1, virial_ratio=0.5)
 
 
 # --- argument validation -------------------------------------------------------------

@@ -35,7 +35,7 @@ PLUMMER_SCALE_LENGTH = 3.0 * np.pi / 16.0
 PLUMMER_MASS_CUTOFF = 0.999
 
 #: Largest n for which ``uniform_cube`` computes W by direct summation (O(n^2)).
-CUBE_VIRIAL_MAX_N = 20000
+CUBE_VIRIAL_MAX_N = 200_000  # O(n^2) potential: ~25 s at this n on 2 cores
 
 # Von Neumann rejection for q = v / v_esc: g(q) = q^2 (1 - q^2)^(7/2) peaks at q^2 = 2/9
 # with g = 0.0922 < 0.1, the bound used by Aarseth et al. (1974, eq. A5). The acceptance
@@ -174,14 +174,14 @@ def uniform_cube(n: int, seed: int | None = None, *, side: float = 1.0, mass: fl
 
     Velocities are zero for ``virial_ratio = 0``. For Q > 0 they are isotropic Gaussian,
     centre-of-mass velocity removed, and scaled so that 2K / |W| = Q exactly for this
-    realisation, with W summed directly over all pairs in float64 (O(n^2) time, so only
-    for n <= 20000; about 5 s at n = 20000 on two cores). For reference, the continuous
+    realisation, with W summed over all pairs by the float64 force pipeline (O(n^2) time,
+    so only for n <= 200000; about 25 s at that n on two cores). For reference, the continuous
     uniform cube has W = -0.9412 G M^2 / side.
 
     Parameters
     ----------
     n : int
-        Number of particles, >= 1 (2 .. 20000 when ``virial_ratio > 0``).
+        Number of particles, >= 1 (2 .. 200000 when ``virial_ratio > 0``).
     seed : int or None
         Seed for ``numpy.random.default_rng``; the same seed gives bitwise identical output.
     side : float
@@ -201,7 +201,7 @@ def uniform_cube(n: int, seed: int | None = None, *, side: float = 1.0, mass: fl
     Raises
     ------
     ValueError
-        Naming the argument: ``n`` not an integer >= 1, or outside 2 .. 20000 for Q > 0;
+        Naming the argument: ``n`` not an integer >= 1, or outside 2 .. 200000 for Q > 0;
         ``side``, ``mass`` or ``G`` not finite and > 0; ``virial_ratio`` not finite and >= 0;
         ``seed`` not accepted by ``numpy.random.default_rng``.
     """
@@ -349,20 +349,9 @@ def _mass_weighted_mean(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     return (m @ x) / m.sum()
 
 
-def _pair_potential_energy(pos: np.ndarray, m: np.ndarray, G: float, chunk: int = 64) -> float:
-    """W = -G sum_{i<j} m_i m_j / |x_i - x_j| in float64, unsoftened, by direct summation.
+def _pair_potential_energy(pos: np.ndarray, m: np.ndarray, G: float) -> float:
+    """W = -G sum_{i<j} m_i m_j / |x_i - x_j| (unsoftened), from the float64 force pipeline."""
+    from gravpipe.pipeline import accel  # the pipeline module imports nothing from ic
 
-    Chunked over i (each chunk against j > i only) so that memory stays at
-    chunk * n * 3 doubles; O(n^2) time.
-    """
-    n = len(m)
-    total = 0.0
-    for start in range(0, n - 1, chunk):
-        stop = min(start + chunk, n - 1)
-        d = pos[start + 1:, None, :] - pos[None, start:stop, :]      # (n-start-1, c, 3)
-        with np.errstate(divide="ignore"):  # the j == i entries are masked out below
-            inv_r = 1.0 / np.sqrt(np.einsum("jik,jik->ji", d, d))
-        # Keep each pair once: row j (absolute index start+1+j) pairs with column i only if j > i.
-        later = np.arange(start + 1, n)[:, None] > np.arange(start, stop)[None, :]
-        total += float(np.sum(m[start + 1:, None] * m[None, start:stop] * inv_r, where=later))
-    return -G * total
+    _, pot = accel(pos, m, eps=0.0, G=G, precision="double")
+    return 0.5 * float(np.dot(m, pot))

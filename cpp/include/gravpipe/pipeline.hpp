@@ -7,37 +7,14 @@
 #include <string>
 
 #include "gravpipe/cpu_features.hpp"
+#include "gravpipe/force_provider.hpp"
+#include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/j_memory.hpp"
 #include "gravpipe/span.hpp"
 
 namespace gravpipe {
 
-enum class Precision { Mixed, Double };
-Precision parse_precision(const std::string& name);
-std::string precision_name(Precision p);
-
-/// Work and time of each pipeline stage since the last reset.
-struct PipelineStats {
-  std::uint64_t calls = 0;
-  std::uint64_t interactions = 0;
-  std::uint64_t j_particles = 0, i_particles = 0;
-  std::uint64_t bytes_j_write = 0, bytes_i_write = 0, bytes_result_read = 0;
-  double seconds_j_write = 0, seconds_i_write = 0, seconds_compute = 0, seconds_result_read = 0;
-  // Mixed precision: (i-vector, j-tile) pairs visited, and how many took the far path.
-  std::uint64_t tile_visits = 0, far_tile_visits = 0;
-};
-
-/// Positions/velocities as (n,3) row-major float64, masses (n,), outputs likewise.
-struct ForceRequest {
-  Span<const double> pos_i;                  // 3 n_i
-  Span<const double> vel_i;                  // 3 n_i, or empty: no jerk
-  Span<const std::int64_t> exclude;          // n_i, or empty: no exclusions
-  Span<double> acc;                          // 3 n_i
-  Span<double> pot;                          // n_i
-  Span<double> jerk;                         // 3 n_i when vel_i is given
-};
-
-class CpuPipeline {
+class CpuPipeline final : public ForceProvider {
  public:
   /// threads <= 0 uses all OpenMP threads. Throws InputError for eps < 0 or non-finite
   /// eps/G, BackendError for an unavailable isa.
@@ -45,10 +22,12 @@ class CpuPipeline {
 
   /// j-particle write: positions (3n), masses (n) and optionally velocities (3n; needed
   /// for jerk). Replaces the previous j-set.
-  void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel);
+  void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) override;
+  /// Same particles, new positions/velocities, j-memory order kept (no sort).
+  void update_j(Span<const double> pos, Span<const double> vel) override;
   /// i-particle write + compute + result read. Throws InputError for inconsistent sizes,
   /// an exclude index >= n_j, or a jerk request without j velocities.
-  void forces(const ForceRequest& req);
+  void forces(const ForceRequest& req) override;
 
   std::size_t n_j() const { return n_j_; }
   bool has_j_vel() const { return has_j_vel_; }
@@ -57,7 +36,7 @@ class CpuPipeline {
   int threads() const { return threads_; }
   double eps() const { return eps_; }
   double G() const { return G_; }
-  PipelineStats stats() const;
+  PipelineStats stats() const override;
   void reset_stats();
 
  private:
@@ -74,6 +53,7 @@ class CpuPipeline {
   bool has_j_vel_ = false;
   // j-memory: one of the two pairs is in use, by precision.
   void write_j_mixed(Span<const double> pos, Span<const double> mass, Span<const double> vel);
+  void fill_j_mixed(Span<const double> pos, Span<const double> mass, Span<const double> vel);
   void write_j_double(Span<const double> pos, Span<const double> mass, Span<const double> vel);
 
   std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in Morton order
@@ -81,7 +61,9 @@ class CpuPipeline {
   std::vector<JRelMixed> j_rel_mixed_;
   std::vector<JVelRelMixed> j_vel_rel_mixed_;
   std::vector<JTileMixed> j_tiles_;
+  std::vector<std::int64_t> j_order_;    // mixed j-memory slot -> user j index
   std::vector<std::int64_t> j_slot_of_;  // user j index -> slot in the mixed j-memory
+  std::vector<double> j_mass_;           // kept for update_j
   std::vector<std::int64_t> i_order_;    // mixed i-memory slot -> row of the request
   std::vector<JPosDouble> j_pos_double_;
   std::vector<JVelDouble> j_vel_double_;

@@ -22,6 +22,9 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// j-writes of fewer particles than this stay on one thread (a fork costs more than the copy).
+constexpr std::size_t kMinParallelParticles = 16384;
+
 std::size_t padded(std::size_t n) { return (n + kIPad - 1) / kIPad * kIPad; }
 
 template <class T>
@@ -58,6 +61,7 @@ void CpuPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<co
   const auto t0 = Clock::now();
   n_j_ = n;
   has_j_vel_ = !vel.empty();
+  j_mass_.assign(mass.begin(), mass.end());
   if (precision_ == Precision::Mixed)
     write_j_mixed(pos, mass, vel);
   else
@@ -96,16 +100,24 @@ void box_of(Span<const double> a, const std::vector<std::int64_t>& order, std::s
 void CpuPipeline::write_j_mixed(Span<const double> pos, Span<const double> mass,
                                 Span<const double> vel) {
   const std::size_t n = mass.size();
-  const std::vector<std::int64_t> order = morton_order(pos);
+  j_order_ = morton_order(pos);
   j_slot_of_.resize(n);
-  for (std::size_t s = 0; s < n; ++s) j_slot_of_[order[s]] = static_cast<std::int64_t>(s);
+  for (std::size_t s = 0; s < n; ++s) j_slot_of_[j_order_[s]] = static_cast<std::int64_t>(s);
+  fill_j_mixed(pos, mass, vel);
+}
+
+// Fill the mixed j-memory (records and tiles) in the slot order j_order_.
+void CpuPipeline::fill_j_mixed(Span<const double> pos, Span<const double> mass,
+                               Span<const double> vel) {
+  const std::size_t n = mass.size();
+  const std::vector<std::int64_t>& order = j_order_;
   j_pos_mixed_.resize(n);
   j_rel_mixed_.resize(n);
   j_vel_mixed_.resize(has_j_vel_ ? n : 0);
   j_vel_rel_mixed_.resize(has_j_vel_ ? n : 0);
   const std::size_t n_tiles = (n + kJTile - 1) / kJTile;
   j_tiles_.resize(n_tiles);
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (n >= kMinParallelParticles)
   for (std::int64_t t = 0; t < static_cast<std::int64_t>(n_tiles); ++t) {
     const std::size_t b = t * kJTile, e = std::min(b + kJTile, n);
     JTileMixed& tile = j_tiles_[t];
@@ -150,11 +162,27 @@ void CpuPipeline::write_j_double(Span<const double> pos, Span<const double> mass
   const std::size_t n = mass.size();
   j_pos_double_.resize(n);
   j_vel_double_.resize(has_j_vel_ ? n : 0);
-#pragma omp parallel for schedule(static) num_threads(threads_)
+#pragma omp parallel for schedule(static) num_threads(threads_) if (n >= kMinParallelParticles)
   for (std::int64_t k = 0; k < static_cast<std::int64_t>(n); ++k) {
     j_pos_double_[k] = {pos[3 * k], pos[3 * k + 1], pos[3 * k + 2], mass[k]};
     if (has_j_vel_) j_vel_double_[k] = {vel[3 * k], vel[3 * k + 1], vel[3 * k + 2], 0.0};
   }
+}
+
+void CpuPipeline::update_j(Span<const double> pos, Span<const double> vel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pos.size() != 3 * n_j_) throw InputError("update_j: pos must hold the current n_j particles");
+  if (vel.empty() != !has_j_vel_ || (!vel.empty() && vel.size() != 3 * n_j_))
+    throw InputError("update_j: vel must match the j-set written by set_j");
+  const auto t0 = Clock::now();
+  const Span<const double> mass(j_mass_.data(), j_mass_.size());
+  if (precision_ == Precision::Mixed)
+    fill_j_mixed(pos, mass, vel);
+  else
+    write_j_double(pos, mass, vel);
+  stats_.j_particles += n_j_;
+  stats_.bytes_j_write += n_j_ * (has_j_vel_ ? 64 : 32);
+  stats_.seconds_j_write += seconds_since(t0);
 }
 
 std::size_t CpuPipeline::i_row(std::size_t slot) const {
@@ -218,12 +246,17 @@ namespace {
 
 // Split the padded i-range over threads in whole SIMD vectors; each i-particle's sum runs
 // in the same order whatever the thread count, so results are bitwise thread-independent.
+// Calls with fewer interactions than this run on one thread: a fork/join costs ~10 us, and
+// on a busy machine a barrier can wait a whole scheduler slice (small Hermite blocks).
+constexpr std::uint64_t kMinParallelInteractions = std::uint64_t{1} << 17;
+
 // Returns the sum of what the kernel returns (the far-tile count of the mixed kernels).
 template <class ArgsT, class Fn>
 std::uint64_t parallel_over_i(ArgsT args, std::size_t n_padded, int threads, Fn kernel) {
   const auto blocks = static_cast<std::int64_t>(n_padded / kIPad);
+  const bool big = n_padded * args.j_pos.size() >= kMinParallelInteractions && blocks > 1;
   std::uint64_t total = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : total)
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : total) if (big)
   for (std::int64_t b = 0; b < blocks; ++b) {
     ArgsT mine = args;
     mine.i_begin = static_cast<std::size_t>(b) * kIPad;

@@ -1,0 +1,119 @@
+// Bindings of the integrators. Arrays come in validated from gravpipe/simulation.py;
+// evolve_to releases the GIL. Checkpoint arrays cross as numpy arrays of exact dtype.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <vector>
+
+#include "gravpipe/hermite.hpp"
+#include "gravpipe/leapfrog.hpp"
+#include "gravpipe/pipeline.hpp"
+
+namespace nb = nanobind;
+using namespace gravpipe;
+
+namespace {
+
+using CVec3 = nb::ndarray<const double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
+using CScalars = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using CF64 = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using CI64 = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+ParticleState state_from(CVec3 pos, CVec3 vel, CScalars mass) {
+  ParticleState s;
+  s.pos.assign(pos.data(), pos.data() + pos.size());
+  s.vel.assign(vel.data(), vel.data() + vel.size());
+  s.mass.assign(mass.data(), mass.data() + mass.size());
+  return s;
+}
+
+/// A numpy array owning a copy of v, with the given shape.
+template <class T>
+nb::object to_numpy(const std::vector<T>& v, std::initializer_list<std::size_t> shape) {
+  auto* owned = new std::vector<T>(v);
+  nb::capsule deleter(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), deleter));
+}
+
+CheckpointState restart_from(nb::dict f64, std::optional<nb::dict> i64) {
+  CheckpointState c;
+  for (auto [k, v] : f64) {
+    auto a = nb::cast<CF64>(v);
+    c.f64[nb::cast<std::string>(k)] = std::vector<double>(a.data(), a.data() + a.size());
+  }
+  if (i64) for (auto [k, v] : *i64) {
+    auto a = nb::cast<CI64>(v);
+    c.i64[nb::cast<std::string>(k)] = std::vector<std::int64_t>(a.data(), a.data() + a.size());
+  }
+  return c;
+}
+
+nb::dict checkpoint_dict(const Integrator& it) {
+  const CheckpointState c = it.checkpoint();
+  nb::dict d;
+  for (const auto& [k, v] : c.f64) d[k.c_str()] = to_numpy(v, {v.size()});
+  for (const auto& [k, v] : c.i64) d[k.c_str()] = to_numpy(v, {v.size()});
+  return d;
+}
+
+nb::dict counters_dict(const Integrator& it) {
+  const IntegratorCounters c = it.counters();
+  nb::dict d;
+  d["steps"] = c.steps;
+  d["particle_steps"] = c.particle_steps;
+  d["seconds_host"] = c.seconds_host;
+  d["seconds_total"] = c.seconds_total;
+  return d;
+}
+
+}  // namespace
+
+void bind_integrate(nb::module_& m) {
+  nb::class_<Integrator>(m, "Integrator")
+      .def("evolve_to", &Integrator::evolve_to, nb::arg("t"), nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("time", &Integrator::time)
+      .def("positions", [](const Integrator& it) { return to_numpy(it.state().pos, {it.state().size(), 3}); })
+      .def("velocities", [](const Integrator& it) { return to_numpy(it.state().vel, {it.state().size(), 3}); })
+      .def("checkpoint", &checkpoint_dict)
+      .def("counters", &counters_dict);
+
+  nb::class_<HermiteIntegrator, Integrator>(m, "Hermite")
+      .def("__init__",
+           [](HermiteIntegrator* self, CpuPipeline& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
+              double eta, double eta_s, double dt_max, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {
+             HermiteParams p{eta, eta_s, dt_max};
+             ParticleState s = state_from(pos, vel, mass);
+             // Python objects are read before the GIL is released.
+             std::optional<CheckpointState> restart;
+             if (f64) restart = restart_from(*f64, i64);
+             nb::gil_scoped_release release;
+             if (restart)
+               new (self) HermiteIntegrator(pipe, std::move(s), t0, p, *restart);
+             else
+               new (self) HermiteIntegrator(pipe, std::move(s), t0, p);
+           },
+           nb::arg("pipeline"), nb::arg("pos"), nb::arg("vel"), nb::arg("mass"), nb::arg("t0"),
+           nb::arg("eta"), nb::arg("eta_s"), nb::arg("dt_max"), nb::arg("restart_f64").none() = nb::none(),
+           nb::arg("restart_i64").none() = nb::none(), nb::keep_alive<1, 2>());
+
+  nb::class_<LeapfrogIntegrator, Integrator>(m, "Leapfrog")
+      .def("__init__",
+           [](LeapfrogIntegrator* self, CpuPipeline& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
+              double dt, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {
+             LeapfrogParams p{dt};
+             ParticleState s = state_from(pos, vel, mass);
+             std::optional<CheckpointState> restart;
+             if (f64) restart = restart_from(*f64, i64);
+             nb::gil_scoped_release release;
+             if (restart)
+               new (self) LeapfrogIntegrator(pipe, std::move(s), t0, p, *restart);
+             else
+               new (self) LeapfrogIntegrator(pipe, std::move(s), t0, p);
+           },
+           nb::arg("pipeline"), nb::arg("pos"), nb::arg("vel"), nb::arg("mass"), nb::arg("t0"), nb::arg("dt"),
+           nb::arg("restart_f64").none() = nb::none(), nb::arg("restart_i64").none() = nb::none(),
+           nb::keep_alive<1, 2>());
+}

@@ -1,0 +1,61 @@
+// 4th-order Hermite predictor-corrector with block individual timesteps (Makino & Aarseth
+// 1992; seed 000, PCI-HIB section 4.4). Each block: predict every j-particle to the block
+// time, write them to the force provider, evaluate acc/jerk/pot on the active set only,
+// correct the active particles and give them new power-of-two steps.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "gravpipe/integrator.hpp"
+#include "gravpipe/timeline.hpp"
+
+namespace gravpipe {
+
+struct HermiteParams {
+  double eta = 0.02;     // Aarseth step parameter
+  double eta_s = 0.01;   // starting step: eta_s |a| / |jerk|
+  double dt_max = 0.125; // largest step; snapshot and checkpoint times are multiples of it
+};
+
+class HermiteIntegrator final : public Integrator {
+ public:
+  /// Start at time t0: one force evaluation on all particles, then the starting steps.
+  HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params);
+  /// Restart from a checkpoint taken at a synchronization time (see checkpoint()).
+  HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params,
+                    const CheckpointState& restart);
+
+  void evolve_to(double t) override;
+  double time() const override { return timeline_.time(now_); }
+  const ParticleState& state() const override { return s_; }
+  CheckpointState checkpoint() const override;
+  IntegratorCounters counters() const override { return counters_; }
+
+ private:
+  void check_params() const;
+  void start();
+  void block();
+  void predict_all(std::int64_t t_block);
+  void write_j();
+  void correct(std::size_t i, std::int64_t t_block, const double a1[3], const double j1[3]);
+  std::int64_t first_step(std::size_t i) const;
+  void check_steps(const std::vector<std::int64_t>& which) const;
+  std::int64_t quantize(double dt_want, std::int64_t dt_old, std::int64_t t_new) const;
+
+  ForceProvider& forces_;
+  ParticleState s_;
+  HermiteParams params_;
+  Timeline timeline_;
+  std::int64_t now_ = 0;                 // block clock (ticks)
+  std::vector<std::int64_t> t_, dt_;     // per particle: own time and step (ticks)
+  std::vector<double> acc_, jerk_, pot_; // at each particle's own time (3n, 3n, n)
+  std::vector<double> xp_, vp_;          // predicted positions/velocities (3n)
+  bool resort_j_ = true;                 // set_j (re-sort) at the next block: after each sync
+  // per-block scratch: active indices and their i-data/results
+  std::vector<std::int64_t> active_;
+  std::vector<double> xi_, vi_, ai_, ji_, pi_;
+  IntegratorCounters counters_;
+};
+
+}  // namespace gravpipe

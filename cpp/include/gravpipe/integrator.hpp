@@ -1,0 +1,45 @@
+// What every integrator offers the Simulation: advance to a time, report its state, and
+// export/import the exact state a checkpoint needs. The Simulation never switches on the
+// integrator type (REBOUND's integrator plug-ins).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gravpipe/force_provider.hpp"
+
+namespace gravpipe {
+
+/// Particle arrays in the caller's order: pos, vel (3n, row-major), mass (n).
+struct ParticleState {
+  std::vector<double> pos, vel, mass;
+  std::size_t size() const { return mass.size(); }
+};
+
+/// The named arrays (float64 or int64) and scalars that restart an integrator exactly.
+struct CheckpointState {
+  std::map<std::string, std::vector<double>> f64;
+  std::map<std::string, std::vector<std::int64_t>> i64;
+};
+
+/// Work and host time of an integrator since its creation (or restart).
+struct IntegratorCounters {
+  std::uint64_t steps = 0;           // blocks (Hermite) or shared steps (leapfrog)
+  std::uint64_t particle_steps = 0;  // sum of active particles over steps
+  double seconds_host = 0;           // predict, correct, schedule, bookkeeping
+  double seconds_total = 0;          // whole evolve_to calls
+};
+
+class Integrator {
+ public:
+  virtual ~Integrator() = default;
+  /// Advance to time t; on return every particle is synchronized at t.
+  virtual void evolve_to(double t) = 0;
+  virtual double time() const = 0;
+  virtual const ParticleState& state() const = 0;
+  virtual CheckpointState checkpoint() const = 0;
+  virtual IntegratorCounters counters() const = 0;
+};
+
+}  // namespace gravpipe

@@ -1,0 +1,43 @@
+// Kick-drift-kick leapfrog with a shared step: second order, symplectic, time reversible.
+// Every step writes the whole j-set and evaluates forces on all particles.
+#pragma once
+#include <cstdint>
+
+#include "gravpipe/integrator.hpp"
+
+namespace gravpipe {
+
+struct LeapfrogParams {
+  double dt = 1.0 / 128;
+};
+
+class LeapfrogIntegrator final : public Integrator {
+ public:
+  LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params);
+  /// Restart from checkpoint(): exact accelerations and step count.
+  LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params,
+                     const CheckpointState& restart);
+
+  /// t must be t0 + k dt (times come from the step count, never accumulated).
+  void evolve_to(double t) override;
+  double time() const override { return t0_ + static_cast<double>(steps_) * params_.dt; }
+  const ParticleState& state() const override { return s_; }
+  CheckpointState checkpoint() const override;
+  IntegratorCounters counters() const override { return counters_; }
+
+ private:
+  void check_params() const;
+  void compute_forces();
+  void step();
+
+  ForceProvider& forces_;
+  ParticleState s_;
+  LeapfrogParams params_;
+  double t0_;
+  std::int64_t steps_ = 0;
+  std::vector<double> acc_, pot_;
+  std::vector<std::int64_t> all_;
+  IntegratorCounters counters_;
+};
+
+}  // namespace gravpipe

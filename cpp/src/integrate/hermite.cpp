@@ -1,0 +1,242 @@
+#include "gravpipe/hermite.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gravpipe/error.hpp"
+
+namespace gravpipe {
+
+namespace {
+
+// Loops shorter than this run on the calling thread: forking costs more than the loop, and
+// on a busy machine an OpenMP barrier can wait for a whole scheduler time slice.
+constexpr std::int64_t kMinParallel = 4096;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+double norm3(const double* v) { return std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]); }
+double provider_seconds(const PipelineStats& s) {
+  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read;
+}
+
+/// Ticks from t0 to t, which must be a whole number of dt_max.
+std::int64_t sync_ticks(const Timeline& tl, double t) {
+  const double steps = (t - tl.t0) / tl.dt_max;
+  const double whole = std::round(steps);
+  if (!std::isfinite(steps) || std::abs(steps - whole) > 1e-9 * std::max(1.0, std::abs(whole)))
+    throw InputError("evolve_to: t = " + std::to_string(t) + " is not t0 + k * dt_max (dt_max = " +
+                     std::to_string(tl.dt_max) + "); output times must be multiples of dt_max");
+  return static_cast<std::int64_t>(whole) * kTicksPerDtMax;
+}
+
+}  // namespace
+
+HermiteIntegrator::HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0,
+                                     HermiteParams params)
+    : forces_(forces), s_(std::move(state)), params_(params), timeline_{t0, params.dt_max} {
+  check_params();
+  start();
+}
+
+HermiteIntegrator::HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0,
+                                     HermiteParams params, const CheckpointState& restart)
+    : forces_(forces), s_(std::move(state)), params_(params), timeline_{t0, params.dt_max} {
+  check_params();
+  const std::size_t n = s_.size();
+  try {
+    t_ = restart.i64.at("t_ticks");
+    dt_ = restart.i64.at("dt_ticks");
+    now_ = restart.i64.at("now_ticks").at(0);
+    acc_ = restart.f64.at("acc");
+    jerk_ = restart.f64.at("jerk");
+    pot_ = restart.f64.at("pot");
+  } catch (const std::out_of_range&) {
+    throw InputError("hermite restart: checkpoint lacks t_ticks, dt_ticks, now_ticks, acc, jerk or pot");
+  }
+  if (t_.size() != n || dt_.size() != n || acc_.size() != 3 * n || jerk_.size() != 3 * n ||
+      pot_.size() != n)
+    throw InputError("hermite restart: checkpoint arrays do not match the particle count");
+  if (now_ % kTicksPerDtMax != 0)
+    throw InputError("hermite restart: checkpoint was not taken at a synchronization time");
+  for (std::size_t i = 0; i < n; ++i)
+    if (t_[i] != now_ || dt_[i] <= 0 || dt_[i] > kTicksPerDtMax)
+      throw InputError("hermite restart: particle " + std::to_string(i) + " is not synchronized");
+  xp_.resize(3 * n);
+  vp_.resize(3 * n);
+  resort_j_ = true;
+}
+
+void HermiteIntegrator::check_params() const {
+  if (!(params_.eta > 0) || !std::isfinite(params_.eta)) throw InputError("eta: must be > 0");
+  if (!(params_.eta_s > 0) || !std::isfinite(params_.eta_s)) throw InputError("eta_s: must be > 0");
+  if (!(params_.dt_max > 0) || !std::isfinite(params_.dt_max)) throw InputError("dt_max: must be > 0");
+  const std::size_t n = s_.size();
+  if (n == 0) throw InputError("hermite: no particles");
+  if (s_.pos.size() != 3 * n || s_.vel.size() != 3 * n)
+    throw InputError("hermite: pos, vel and mass have different lengths");
+}
+
+void HermiteIntegrator::start() {
+  const auto t_start = Clock::now();
+  const std::size_t n = s_.size();
+  t_.assign(n, 0);
+  dt_.assign(n, 0);
+  acc_.assign(3 * n, 0.0);
+  jerk_.assign(3 * n, 0.0);
+  pot_.assign(n, 0.0);
+  xp_ = s_.pos;
+  vp_ = s_.vel;
+  forces_.set_j({s_.pos.data(), 3 * n}, {s_.mass.data(), n}, {s_.vel.data(), 3 * n});
+  std::vector<std::int64_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::int64_t>(i);
+  forces_.forces({{s_.pos.data(), 3 * n}, {s_.vel.data(), 3 * n}, {all.data(), n},
+                  {acc_.data(), 3 * n}, {pot_.data(), n}, {jerk_.data(), 3 * n}});
+  for (std::size_t i = 0; i < n; ++i) dt_[i] = first_step(i);
+  check_steps(all);
+  resort_j_ = true;
+  counters_.seconds_total += seconds_since(t_start);
+}
+
+std::int64_t HermiteIntegrator::first_step(std::size_t i) const {
+  const double a = norm3(&acc_[3 * i]), j = norm3(&jerk_[3 * i]);
+  const double want = j > 0 ? params_.eta_s * a / j : params_.dt_max;
+  return quantize(want, 0, 0);
+}
+
+// The largest dt_max / 2^k not above dt_want; at most twice the old step, and only doubled
+// when the new time is a multiple of the doubled step (the block structure). Returns 0 when
+// even one tick is too long (called inside parallel loops, so it must not throw).
+std::int64_t HermiteIntegrator::quantize(double dt_want, std::int64_t dt_old, std::int64_t t_new) const {
+  const double tick = timeline_.tick();
+  std::int64_t dt = kTicksPerDtMax;
+  while (dt > 1 && static_cast<double>(dt) * tick > dt_want) dt >>= 1;
+  if (!(static_cast<double>(dt) * tick <= dt_want)) return 0;  // also catches NaN
+  if (dt_old > 0 && dt > dt_old) dt = (t_new % (2 * dt_old) == 0) ? 2 * dt_old : dt_old;
+  return dt;
+}
+
+void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) const {
+  for (const std::int64_t i : which)
+    if (dt_[i] == 0)
+      throw std::runtime_error("hermite: the time step of particle " + std::to_string(i) +
+                               " fell below dt_max / 2^40 at t = " + std::to_string(time()) +
+                               " (a close encounter too hard to follow: increase eps, or check "
+                               "the input for coincident particles)");
+}
+
+void HermiteIntegrator::evolve_to(double t) {
+  const std::int64_t target = sync_ticks(timeline_, t);
+  if (target < now_) throw InputError("evolve_to: t is before the current time");
+  const auto t_start = Clock::now();
+  const double provider_before = provider_seconds(forces_.stats());
+  while (now_ < target) block();
+  counters_.seconds_total += seconds_since(t_start);
+  counters_.seconds_host +=
+      seconds_since(t_start) - (provider_seconds(forces_.stats()) - provider_before);
+}
+
+void HermiteIntegrator::predict_all(std::int64_t t_block) {
+  const double tick = timeline_.tick();
+  const auto n = static_cast<std::int64_t>(s_.size());
+#pragma omp parallel for schedule(static) if (n >= kMinParallel)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double dt = static_cast<double>(t_block - t_[i]) * tick;
+    for (int c = 0; c < 3; ++c) {
+      const double a = acc_[3 * i + c], j = jerk_[3 * i + c];
+      xp_[3 * i + c] = s_.pos[3 * i + c] + dt * (s_.vel[3 * i + c] + dt * (0.5 * a + dt * j / 6.0));
+      vp_[3 * i + c] = s_.vel[3 * i + c] + dt * (a + 0.5 * dt * j);
+    }
+  }
+}
+
+void HermiteIntegrator::write_j() {
+  const std::size_t n = s_.size();
+  if (resort_j_) {
+    forces_.set_j({xp_.data(), 3 * n}, {s_.mass.data(), n}, {vp_.data(), 3 * n});
+    resort_j_ = false;
+  } else {
+    forces_.update_j({xp_.data(), 3 * n}, {vp_.data(), 3 * n});
+  }
+}
+
+void HermiteIntegrator::block() {
+  const std::size_t n = s_.size();
+  std::int64_t t_block = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < n; ++i) t_block = std::min(t_block, t_[i] + dt_[i]);
+  active_.clear();
+  for (std::size_t i = 0; i < n; ++i)
+    if (t_[i] + dt_[i] == t_block) active_.push_back(static_cast<std::int64_t>(i));
+  predict_all(t_block);
+  write_j();
+
+  const std::size_t na = active_.size();
+  xi_.resize(3 * na);
+  vi_.resize(3 * na);
+  ai_.resize(3 * na);
+  ji_.resize(3 * na);
+  pi_.resize(na);
+  for (std::size_t k = 0; k < na; ++k)
+    for (int c = 0; c < 3; ++c) {
+      xi_[3 * k + c] = xp_[3 * active_[k] + c];
+      vi_[3 * k + c] = vp_[3 * active_[k] + c];
+    }
+  forces_.forces({{xi_.data(), 3 * na}, {vi_.data(), 3 * na}, {active_.data(), na},
+                  {ai_.data(), 3 * na}, {pi_.data(), na}, {ji_.data(), 3 * na}});
+  const auto count = static_cast<std::int64_t>(na);
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto i = static_cast<std::size_t>(active_[k]);
+    correct(i, t_block, &ai_[3 * k], &ji_[3 * k]);
+    pot_[i] = pi_[k];
+  }
+  check_steps(active_);
+  now_ = t_block;
+  if (now_ % kTicksPerDtMax == 0) resort_j_ = true;  // synchronized: re-sort at the next write
+  counters_.steps += 1;
+  counters_.particle_steps += na;
+}
+
+// Hermite corrector (Makino & Aarseth 1992, eqs. 7-10) and Aarseth's step criterion.
+void HermiteIntegrator::correct(std::size_t i, std::int64_t t_block, const double a1[3],
+                                const double j1[3]) {
+  const double dt = static_cast<double>(t_block - t_[i]) * timeline_.tick();
+  const double dt2 = dt * dt, dt3 = dt2 * dt;
+  double a2[3], a3[3];
+  for (int c = 0; c < 3; ++c) {
+    const double a0 = acc_[3 * i + c], j0 = jerk_[3 * i + c];
+    a2[c] = (-6.0 * (a0 - a1[c]) - dt * (4.0 * j0 + 2.0 * j1[c])) / dt2;
+    a3[c] = (12.0 * (a0 - a1[c]) + 6.0 * dt * (j0 + j1[c])) / dt3;
+    s_.pos[3 * i + c] = xp_[3 * i + c] + dt2 * dt2 * (a2[c] / 24.0 + dt * a3[c] / 120.0);
+    s_.vel[3 * i + c] = vp_[3 * i + c] + dt3 * (a2[c] / 6.0 + dt * a3[c] / 24.0);
+    acc_[3 * i + c] = a1[c];
+    jerk_[3 * i + c] = j1[c];
+    a2[c] += dt * a3[c];  // second derivative at the end of the step
+  }
+  const double a = norm3(a1), j = norm3(j1), s = norm3(a2), c3 = norm3(a3);
+  const double num = a * s + j * j, den = j * c3 + s * s;
+  const double want = den > 0 ? std::sqrt(params_.eta * num / den) : params_.dt_max;
+  t_[i] = t_block;
+  dt_[i] = quantize(want, dt_[i], t_block);
+}
+
+CheckpointState HermiteIntegrator::checkpoint() const {
+  if (now_ % kTicksPerDtMax != 0)
+    throw std::logic_error("hermite: checkpoints are taken at synchronization times only");
+  CheckpointState c;
+  c.i64["t_ticks"] = t_;
+  c.i64["dt_ticks"] = dt_;
+  c.i64["now_ticks"] = {now_};
+  c.f64["acc"] = acc_;
+  c.f64["jerk"] = jerk_;
+  c.f64["pot"] = pot_;
+  return c;
+}
+
+}  // namespace gravpipe

@@ -1,0 +1,107 @@
+#include "gravpipe/leapfrog.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "gravpipe/error.hpp"
+
+namespace gravpipe {
+
+namespace {
+constexpr std::int64_t kMinParallel = 4096;  // shorter loops stay on the calling thread
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+double provider_seconds(const PipelineStats& s) {
+  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read;
+}
+}  // namespace
+
+LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0,
+                                       LeapfrogParams params)
+    : forces_(forces), s_(std::move(state)), params_(params), t0_(t0) {
+  check_params();
+  const auto t_start = Clock::now();
+  compute_forces();
+  counters_.seconds_total += seconds_since(t_start);
+}
+
+LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0,
+                                       LeapfrogParams params, const CheckpointState& restart)
+    : forces_(forces), s_(std::move(state)), params_(params), t0_(t0) {
+  check_params();
+  try {
+    acc_ = restart.f64.at("acc");
+    pot_ = restart.f64.at("pot");
+    steps_ = restart.i64.at("steps").at(0);
+  } catch (const std::out_of_range&) {
+    throw InputError("leapfrog restart: checkpoint lacks acc, pot or steps");
+  }
+  if (acc_.size() != 3 * s_.size() || pot_.size() != s_.size())
+    throw InputError("leapfrog restart: checkpoint arrays do not match the particle count");
+}
+
+void LeapfrogIntegrator::check_params() const {
+  if (!(params_.dt > 0) || !std::isfinite(params_.dt)) throw InputError("dt: must be > 0");
+  const std::size_t n = s_.size();
+  if (n == 0) throw InputError("leapfrog: no particles");
+  if (s_.pos.size() != 3 * n || s_.vel.size() != 3 * n)
+    throw InputError("leapfrog: pos, vel and mass have different lengths");
+}
+
+void LeapfrogIntegrator::compute_forces() {
+  const std::size_t n = s_.size();
+  if (all_.size() != n) {
+    all_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) all_[i] = static_cast<std::int64_t>(i);
+  }
+  acc_.resize(3 * n);
+  pot_.resize(n);
+  forces_.set_j({s_.pos.data(), 3 * n}, {s_.mass.data(), n}, {});
+  forces_.forces({{s_.pos.data(), 3 * n}, {}, {all_.data(), n}, {acc_.data(), 3 * n},
+                  {pot_.data(), n}, {}});
+}
+
+void LeapfrogIntegrator::step() {
+  const auto m = static_cast<std::int64_t>(3 * s_.size());
+  const double h = 0.5 * params_.dt, dt = params_.dt;
+#pragma omp parallel for schedule(static) if (m >= kMinParallel)
+  for (std::int64_t k = 0; k < m; ++k) {
+    s_.vel[k] += h * acc_[k];
+    s_.pos[k] += dt * s_.vel[k];
+  }
+  compute_forces();
+#pragma omp parallel for schedule(static) if (m >= kMinParallel)
+  for (std::int64_t k = 0; k < m; ++k) s_.vel[k] += h * acc_[k];
+  steps_ += 1;
+  counters_.steps += 1;
+  counters_.particle_steps += s_.size();
+}
+
+void LeapfrogIntegrator::evolve_to(double t) {
+  const double want = (t - t0_) / params_.dt;
+  const double whole = std::round(want);
+  if (!std::isfinite(want) || std::abs(want - whole) > 1e-9 * std::max(1.0, std::abs(whole)))
+    throw InputError("evolve_to: t = " + std::to_string(t) + " is not t0 + k * dt (dt = " +
+                     std::to_string(params_.dt) + "); output times must be multiples of dt");
+  const auto target = static_cast<std::int64_t>(whole);
+  if (target < steps_) throw InputError("evolve_to: t is before the current time");
+  const auto t_start = Clock::now();
+  const double provider_before = provider_seconds(forces_.stats());
+  while (steps_ < target) step();
+  counters_.seconds_total += seconds_since(t_start);
+  counters_.seconds_host +=
+      seconds_since(t_start) - (provider_seconds(forces_.stats()) - provider_before);
+}
+
+CheckpointState LeapfrogIntegrator::checkpoint() const {
+  CheckpointState c;
+  c.f64["acc"] = acc_;
+  c.f64["pot"] = pot_;
+  c.i64["steps"] = {steps_};
+  return c;
+}
+
+}  // namespace gravpipe
