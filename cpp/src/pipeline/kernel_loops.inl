@@ -18,8 +18,10 @@
 /// i-vectors per i-block: each j-particle, once broadcast, is used by kIVectors i-vectors,
 /// which gives the core that many independent dependency chains per j and shares the
 /// broadcasts. The i-memory padding (kIPad) is a whole number of i-blocks.
-constexpr int kIVectors = 2;
-static_assert(kIPad % (kIVectors * VF::W) == 0 && kIPad % (kIVectors * VD::W) == 0,
+/// Double precision is bound by the throughput of sqrt and division, not by latency, and
+/// loses ~6% on acc+jerk to register pressure with two vectors; it keeps one.
+constexpr int kIVectors = 2, kIVectorsDouble = 1;
+static_assert(kIPad % (kIVectors * VF::W) == 0 && kIPad % (kIVectorsDouble * VD::W) == 0,
               "kIPad must hold whole i-blocks");
 
 /// Mixed precision: the float32 sums of an i-block run over kFlushTiles j-tiles (128
@@ -34,6 +36,7 @@ struct MixedNearSource {
   struct Pair3 {
     VF xh, yh, zh, xl, yl, zl;
   };
+  static constexpr int kVectors = kIVectors;
   const JPosMixed* jp;
   const JVelMixed* jv;
   Pair3 ip[kIVectors], iv[kIVectors];
@@ -58,6 +61,7 @@ struct MixedFarSource {
   struct Offset {
     VF x, y, z;
   };
+  static constexpr int kVectors = kIVectors;
   const JRelMixed* jr;
   const JVelRelMixed* jvr;
   Offset o[kIVectors], ov[kIVectors];
@@ -81,9 +85,10 @@ struct DoubleSource {
   struct Vec3 {
     VD x, y, z;
   };
+  static constexpr int kVectors = kIVectorsDouble;
   const JPosDouble* jp;
   const JVelDouble* jv;
-  Vec3 ip[kIVectors], iv[kIVectors];
+  Vec3 ip[kIVectorsDouble], iv[kIVectorsDouble];
   void pos(std::size_t j, int k, VD& dx, VD& dy, VD& dz) const {
     dx = broadcast(&jp[j].x) - ip[k].x;
     dy = broadcast(&jp[j].y) - ip[k].y;
@@ -110,14 +115,14 @@ inline V three_scaled() {
     return splat(3 / (S * S));
 }
 
-/// Accumulate j in [j0, j1) from `src` onto the sums of the kIVectors i-vectors.
+/// Accumulate j in [j0, j1) from `src` onto the sums of its Source::kVectors i-vectors.
 template <bool kJerk, bool kExclude, class V, class Excl, class Source>
 inline void j_loop(std::size_t j0, std::size_t j1, const Source& src, const Excl* ex, V eps2,
                    V three, PairSums<V>* s) {
   for (std::size_t j = j0; j < j1; ++j) {
     const V mj = src.mass(j);
 #pragma GCC unroll 4
-    for (int k = 0; k < kIVectors; ++k) {
+    for (int k = 0; k < Source::kVectors; ++k) {
       V dx, dy, dz;
       src.pos(j, k, dx, dy, dz);
       V dvx = zero<V>(), dvy = zero<V>(), dvz = zero<V>();
@@ -246,8 +251,8 @@ template <bool kJerk>
 inline void i_block_double(const DoubleArgs& a, std::size_t i0) {
   const IMemoryDouble& m = *a.i_mem;
   DoubleSource src{a.j_pos.data(), a.j_vel.data(), {}, {}};
-  ExclD ex[kIVectors];
-  for (int k = 0; k < kIVectors; ++k) {
+  ExclD ex[kIVectorsDouble];
+  for (int k = 0; k < kIVectorsDouble; ++k) {
     const std::size_t i = i0 + k * VD::W;
     src.ip[k] = {load(&m.x[i]), load(&m.y[i]), load(&m.z[i])};
     src.iv[k] = {zero<VD>(), zero<VD>(), zero<VD>()};
@@ -255,14 +260,14 @@ inline void i_block_double(const DoubleArgs& a, std::size_t i0) {
     ex[k] = load_exclude_d(&m.exclude[i]);
   }
   ExcludedRange exr;
-  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectors * VD::W);
+  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectorsDouble * VD::W);
   const VD eps2 = splat(a.eps2), three = three_scaled<VD>();
   const std::size_t nj = a.j_pos.size();
   for (std::size_t j0 = 0; j0 < nj; j0 += kJTile) {
-    PairSums<VD> s[kIVectors];
+    PairSums<VD> s[kIVectorsDouble];
     for (auto& sk : s) sk = zero_sums<VD>();
     j_range<kJerk>(j0, std::min(j0 + kJTile, nj), src, ex, exr, eps2, three, s);
-    for (int k = 0; k < kIVectors; ++k) flush<kJerk>(s[k], *a.out, i0 + k * VD::W);
+    for (int k = 0; k < kIVectorsDouble; ++k) flush<kJerk>(s[k], *a.out, i0 + k * VD::W);
   }
 }
 
@@ -274,7 +279,7 @@ std::uint64_t forces_mixed(const MixedArgs& a) {
 }
 
 void forces_double(const DoubleArgs& a) {
-  for (std::size_t i = a.i_begin; i < a.i_end; i += kIVectors * VD::W) {
+  for (std::size_t i = a.i_begin; i < a.i_end; i += kIVectorsDouble * VD::W) {
     if (a.with_jerk)
       i_block_double<true>(a, i);
     else
