@@ -94,7 +94,8 @@ struct ResultMemory {
   std::vector<double> ax, ay, az, pot, jx, jy, jz;
 };
 
-/// Every i-memory is padded to a multiple of this (the widest SIMD vector in lanes).
-constexpr std::size_t kIPad = 8;
+/// Every i-memory is padded to a multiple of this: the widest i-block of the kernels (two
+/// i-vectors of 8 float lanes, kernel_loops.inl).
+constexpr std::size_t kIPad = 16;
 
 }  // namespace gravpipe

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gravpipe/kernel.hpp"
 #include "gravpipe/pair_interaction.hpp"

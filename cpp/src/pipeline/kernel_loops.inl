@@ -5,13 +5,29 @@
 // be included by the translation unit before the namespace opens.
 //
 // Shape of the computation (Nitadori, Makino & Hut 2006; the GRAPE pipelines): W
-// i-particles sit in the W lanes of a vector, each j-particle is broadcast to all lanes,
-// and the pairwise interaction (pair_interaction.hpp) accumulates into per-lane sums.
-// Sums run over one tile of kJTile j-particles and are then added to float64 accumulators,
-// which bounds the float32 rounding error of long sums in mixed precision.
+// i-particles sit in the W lanes of a vector, kIVectors vectors form an i-block, each
+// j-particle is broadcast to all lanes and used by every vector of the block, and the
+// pairwise interaction (pair_interaction.hpp) accumulates into per-lane sums. Sums run
+// over a few tiles of kJTile j-particles (kFlushTiles; one tile in double precision) and
+// are then added to float64 accumulators, which bounds the float32 rounding error of long
+// sums in mixed precision.
 //
 // A "j source" turns j-particle index j into the lane differences d = x_j - x_i (and
 // dv = v_j - v_i) and the mass; the j-loop is written once over any source.
+
+/// i-vectors per i-block: each j-particle, once broadcast, is used by kIVectors i-vectors,
+/// which gives the core that many independent dependency chains per j and shares the
+/// broadcasts. The i-memory padding (kIPad) is a whole number of i-blocks.
+/// Double precision is bound by the throughput of sqrt and division, not by latency, and
+/// loses ~6% on acc+jerk to register pressure with two vectors; it keeps one.
+constexpr int kIVectors = 2, kIVectorsDouble = 1;
+static_assert(kIPad % (kIVectors * VF::W) == 0 && kIPad % (kIVectorsDouble * VD::W) == 0,
+              "kIPad must hold whole i-blocks");
+
+/// Mixed precision: the float32 sums of an i-block run over kFlushTiles j-tiles (128
+/// j-particles) before they are added to the float64 results. Fewer flushes cost fewer
+/// instructions per interaction; the float rounding of a 128-term sum stays ~1e-7.
+constexpr std::size_t kFlushTiles = 4;
 
 /// Mixed precision, near tiles: d from the hi+lo pairs. (hi_j - hi_i) is exact when the
 /// two are close (Sterbenz) and otherwise off by half an ulp of the difference itself, so
@@ -20,20 +36,21 @@ struct MixedNearSource {
   struct Pair3 {
     VF xh, yh, zh, xl, yl, zl;
   };
+  static constexpr int kVectors = kIVectors;
   const JPosMixed* jp;
   const JVelMixed* jv;
-  Pair3 ip, iv;
-  void pos(std::size_t j, VF& dx, VF& dy, VF& dz) const {
+  Pair3 ip[kIVectors], iv[kIVectors];
+  void pos(std::size_t j, int k, VF& dx, VF& dy, VF& dz) const {
     const JPosMixed& r = jp[j];
-    dx = (broadcast(&r.xh) - ip.xh) + (broadcast(&r.xl) - ip.xl);
-    dy = (broadcast(&r.yh) - ip.yh) + (broadcast(&r.yl) - ip.yl);
-    dz = (broadcast(&r.zh) - ip.zh) + (broadcast(&r.zl) - ip.zl);
+    dx = (broadcast(&r.xh) - ip[k].xh) + (broadcast(&r.xl) - ip[k].xl);
+    dy = (broadcast(&r.yh) - ip[k].yh) + (broadcast(&r.yl) - ip[k].yl);
+    dz = (broadcast(&r.zh) - ip[k].zh) + (broadcast(&r.zl) - ip[k].zl);
   }
-  void vel(std::size_t j, VF& dx, VF& dy, VF& dz) const {
+  void vel(std::size_t j, int k, VF& dx, VF& dy, VF& dz) const {
     const JVelMixed& r = jv[j];
-    dx = (broadcast(&r.vxh) - iv.xh) + (broadcast(&r.vxl) - iv.xl);
-    dy = (broadcast(&r.vyh) - iv.yh) + (broadcast(&r.vyl) - iv.yl);
-    dz = (broadcast(&r.vzh) - iv.zh) + (broadcast(&r.vzl) - iv.zl);
+    dx = (broadcast(&r.vxh) - iv[k].xh) + (broadcast(&r.vxl) - iv[k].xl);
+    dy = (broadcast(&r.vyh) - iv[k].yh) + (broadcast(&r.vyl) - iv[k].yl);
+    dz = (broadcast(&r.vzh) - iv[k].zh) + (broadcast(&r.vzl) - iv[k].zl);
   }
   VF mass(std::size_t j) const { return broadcast(&jp[j].m); }
 };
@@ -41,87 +58,122 @@ struct MixedNearSource {
 /// Mixed precision, far tiles: d = (x_j - c) + (c - x_i), one add per coordinate, with
 /// (c - x_i) computed once per tile from the hi+lo pairs (see j_memory.hpp, kFarRadii).
 struct MixedFarSource {
+  struct Offset {
+    VF x, y, z;
+  };
+  static constexpr int kVectors = kIVectors;
   const JRelMixed* jr;
   const JVelRelMixed* jvr;
-  VF ox, oy, oz, ovx, ovy, ovz;
-  void pos(std::size_t j, VF& dx, VF& dy, VF& dz) const {
-    dx = broadcast(&jr[j].xr) + ox;
-    dy = broadcast(&jr[j].yr) + oy;
-    dz = broadcast(&jr[j].zr) + oz;
+  Offset o[kIVectors], ov[kIVectors];
+  void pos(std::size_t j, int k, VF& dx, VF& dy, VF& dz) const {
+    const JRelMixed& r = jr[j];
+    dx = broadcast(&r.xr) + o[k].x;
+    dy = broadcast(&r.yr) + o[k].y;
+    dz = broadcast(&r.zr) + o[k].z;
   }
-  void vel(std::size_t j, VF& dx, VF& dy, VF& dz) const {
-    dx = broadcast(&jvr[j].vxr) + ovx;
-    dy = broadcast(&jvr[j].vyr) + ovy;
-    dz = broadcast(&jvr[j].vzr) + ovz;
+  void vel(std::size_t j, int k, VF& dx, VF& dy, VF& dz) const {
+    const JVelRelMixed& r = jvr[j];
+    dx = broadcast(&r.vxr) + ov[k].x;
+    dy = broadcast(&r.vyr) + ov[k].y;
+    dz = broadcast(&r.vzr) + ov[k].z;
   }
   VF mass(std::size_t j) const { return broadcast(&jr[j].m); }
 };
 
 /// Double precision: float64 throughout.
 struct DoubleSource {
+  struct Vec3 {
+    VD x, y, z;
+  };
+  static constexpr int kVectors = kIVectorsDouble;
   const JPosDouble* jp;
   const JVelDouble* jv;
-  VD x, y, z, vx, vy, vz;
-  void pos(std::size_t j, VD& dx, VD& dy, VD& dz) const {
-    dx = broadcast(&jp[j].x) - x;
-    dy = broadcast(&jp[j].y) - y;
-    dz = broadcast(&jp[j].z) - z;
+  Vec3 ip[kIVectorsDouble], iv[kIVectorsDouble];
+  void pos(std::size_t j, int k, VD& dx, VD& dy, VD& dz) const {
+    dx = broadcast(&jp[j].x) - ip[k].x;
+    dy = broadcast(&jp[j].y) - ip[k].y;
+    dz = broadcast(&jp[j].z) - ip[k].z;
   }
-  void vel(std::size_t j, VD& dx, VD& dy, VD& dz) const {
-    dx = broadcast(&jv[j].vx) - vx;
-    dy = broadcast(&jv[j].vy) - vy;
-    dz = broadcast(&jv[j].vz) - vz;
+  void vel(std::size_t j, int k, VD& dx, VD& dy, VD& dz) const {
+    dx = broadcast(&jv[j].vx) - iv[k].x;
+    dy = broadcast(&jv[j].vy) - iv[k].y;
+    dz = broadcast(&jv[j].vz) - iv[k].z;
   }
   VD mass(std::size_t j) const { return broadcast(&jp[j].m); }
 };
 
-/// Accumulate j in [j0, j1) from `src` onto the sums of one i-vector.
+/// rsqrt_scaled(x) of the lane types returns S / sqrt(x) for a power of two
+/// S = rsqrt_scale(V{}) (2 for the float Newton step, which so saves its multiply by 1/2).
+/// add_pair is fed rinv' = S rinv and three' = 3 / S^2: its pot sums then carry a factor S
+/// and its acc and jerk sums S^3, which flush() takes out exactly in float64.
+template <class V>
+inline V three_scaled() {
+  const double S = rsqrt_scale(V{});
+  if constexpr (std::is_same_v<V, VF>)
+    return splat(static_cast<float>(3 / (S * S)));
+  else
+    return splat(3 / (S * S));
+}
+
+/// Accumulate j in [j0, j1) from `src` onto the sums of its Source::kVectors i-vectors.
 template <bool kJerk, bool kExclude, class V, class Excl, class Source>
-inline void j_loop(std::size_t j0, std::size_t j1, const Source& src, Excl ex, V eps2, V three,
-                   PairSums<V>& s) {
+inline void j_loop(std::size_t j0, std::size_t j1, const Source& src, const Excl* ex, V eps2,
+                   V three, PairSums<V>* s) {
   for (std::size_t j = j0; j < j1; ++j) {
-    V dx, dy, dz;
-    src.pos(j, dx, dy, dz);
-    V dvx = zero<V>(), dvy = zero<V>(), dvz = zero<V>();
-    if constexpr (kJerk) src.vel(j, dvx, dvy, dvz);
-    V rinv = rsqrt(softened_r2(dx, dy, dz, eps2));
-    if constexpr (kExclude) rinv = zero_where_excluded(rinv, ex, static_cast<std::int64_t>(j));
-    add_pair<kJerk>(s, dx, dy, dz, dvx, dvy, dvz, src.mass(j), rinv, three);
+    const V mj = src.mass(j);
+#pragma GCC unroll 4
+    for (int k = 0; k < Source::kVectors; ++k) {
+      V dx, dy, dz;
+      src.pos(j, k, dx, dy, dz);
+      V dvx = zero<V>(), dvy = zero<V>(), dvz = zero<V>();
+      if constexpr (kJerk) src.vel(j, k, dvx, dvy, dvz);
+      V rinv = rsqrt_scaled(softened_r2(dx, dy, dz, eps2));
+      if constexpr (kExclude)
+        rinv = zero_where_excluded(rinv, ex[k], static_cast<std::int64_t>(j));
+      add_pair<kJerk>(s[k], dx, dy, dz, dvx, dvy, dvz, mj, rinv, three);
+    }
   }
 }
 
+/// The inclusive range of j indices excluded by an i-block; empty if lo > hi.
+struct ExcludedRange {
+  std::int64_t lo = INT64_MAX, hi = -1;
+  ExcludedRange() = default;
+  ExcludedRange(const std::int64_t* ex, int n) {
+    for (int k = 0; k < n; ++k) {
+      if (ex[k] >= 0) {
+        lo = std::min(lo, ex[k]);
+        hi = std::max(hi, ex[k]);
+      }
+    }
+  }
+  bool meets(std::size_t j0, std::size_t j1) const {
+    return hi >= static_cast<std::int64_t>(j0) && lo < static_cast<std::int64_t>(j1);
+  }
+};
+
 /// Run j in [j0, j1) through the masked loop only if an excluded index falls inside.
 template <bool kJerk, class V, class Excl, class Source>
-inline void j_range(std::size_t j0, std::size_t j1, const Source& src, Excl ex,
-                    std::int64_t ex_lo, std::int64_t ex_hi, V eps2, V three, PairSums<V>& s) {
-  if (ex_hi >= static_cast<std::int64_t>(j0) && ex_lo < static_cast<std::int64_t>(j1))
+inline void j_range(std::size_t j0, std::size_t j1, const Source& src, const Excl* ex,
+                    const ExcludedRange& exr, V eps2, V three, PairSums<V>* s) {
+  if (exr.meets(j0, j1))
     j_loop<kJerk, true>(j0, j1, src, ex, eps2, three, s);
   else
     j_loop<kJerk, false>(j0, j1, src, ex, eps2, three, s);
 }
 
-/// The inclusive range of j indices excluded by the lanes [i, i + W); empty if lo > hi.
-inline void excluded_range(const std::int64_t* ex, int w, std::int64_t& lo, std::int64_t& hi) {
-  lo = INT64_MAX;
-  hi = -1;
-  for (int k = 0; k < w; ++k) {
-    if (ex[k] >= 0) {
-      lo = std::min(lo, ex[k]);
-      hi = std::max(hi, ex[k]);
-    }
-  }
-}
-
+/// out[i..) += the sums, as float64, times the exact powers of two that undo rsqrt_scaled.
 template <bool kJerk, class V>
 inline void flush(const PairSums<V>& s, ResultMemory& out, std::size_t i) {
-  add_to(&out.ax[i], s.ax);
-  add_to(&out.ay[i], s.ay);
-  add_to(&out.az[i], s.az);
-  add_to(&out.pot[i], s.pot);
+  const double S = rsqrt_scale(V{}), S3 = S * S * S;
+  add_to(&out.ax[i], s.ax, 1 / S3);
+  add_to(&out.ay[i], s.ay, 1 / S3);
+  add_to(&out.az[i], s.az, 1 / S3);
+  add_to(&out.pot[i], s.pot, 1 / S);
   if constexpr (kJerk) {
-    add_to(&out.jx[i], s.jx);
-    add_to(&out.jy[i], s.jy);
-    add_to(&out.jz[i], s.jz);
+    add_to(&out.jx[i], s.jx, 1 / S3);
+    add_to(&out.jy[i], s.jy, 1 / S3);
+    add_to(&out.jz[i], s.jz, 1 / S3);
   }
 }
 
@@ -135,90 +187,102 @@ inline VF pair_offset(const float* ch, const float* cl, VF xh, VF xl) {
   return (broadcast(ch) - xh) + (broadcast(cl) - xl);
 }
 
-/// All j tiles onto the mixed i-vector at lane index i, far tiles on the fast path.
-/// Returns the number of far tiles.
+/// All j tiles onto the mixed i-block at lane index i (kIVectors i-vectors), tiles far from
+/// every i-vector of the block on the fast path. Returns the number of (i-vector, tile)
+/// pairs that took the fast path.
 template <bool kJerk>
-inline std::uint64_t i_vector_mixed(const MixedArgs& a, std::size_t i) {
+inline std::uint64_t i_block_mixed(const MixedArgs& a, std::size_t i0) {
   const IMemoryMixed& m = *a.i_mem;
-  MixedNearSource near{a.j_pos.data(), a.j_vel.data(),
-                       {load(&m.xh[i]), load(&m.yh[i]), load(&m.zh[i]),
-                        load(&m.xl[i]), load(&m.yl[i]), load(&m.zl[i])},
-                       {}};
-  if constexpr (kJerk)
-    near.iv = {load(&m.vxh[i]), load(&m.vyh[i]), load(&m.vzh[i]),
-               load(&m.vxl[i]), load(&m.vyl[i]), load(&m.vzl[i])};
-  MixedFarSource far{a.j_rel.data(), a.j_vel_rel.data(), {}, {}, {}, {}, {}, {}};
-  const ExclF ex = load_exclude_f(&m.exclude[i]);
-  std::int64_t ex_lo = INT64_MAX, ex_hi = -1;
-  if (a.with_exclude) excluded_range(&m.exclude[i], VF::W, ex_lo, ex_hi);
-  const VF eps2 = splat(static_cast<float>(a.eps2)), three = splat(3.0f);
+  MixedNearSource near{a.j_pos.data(), a.j_vel.data(), {}, {}};
+  MixedFarSource far{a.j_rel.data(), a.j_vel_rel.data(), {}, {}};
+  ExclF ex[kIVectors];
+  for (int k = 0; k < kIVectors; ++k) {
+    const std::size_t i = i0 + k * VF::W;
+    near.ip[k] = {load(&m.xh[i]), load(&m.yh[i]), load(&m.zh[i]),
+                  load(&m.xl[i]), load(&m.yl[i]), load(&m.zl[i])};
+    if constexpr (kJerk)
+      near.iv[k] = {load(&m.vxh[i]), load(&m.vyh[i]), load(&m.vzh[i]),
+                    load(&m.vxl[i]), load(&m.vyl[i]), load(&m.vzl[i])};
+    ex[k] = load_exclude_f(&m.exclude[i]);
+  }
+  ExcludedRange exr;
+  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectors * VF::W);
+  const VF eps2 = splat(static_cast<float>(a.eps2)), three = three_scaled<VF>();
   const std::size_t nj = a.j_pos.size();
   std::uint64_t n_far = 0;
+  PairSums<VF> s[kIVectors];
+  for (auto& sk : s) sk = zero_sums<VF>();
   for (std::size_t t = 0; t < a.tiles.size(); ++t) {
     const std::size_t j0 = t * kJTile, j1 = std::min(j0 + kJTile, nj);
     const JTileMixed& tile = a.tiles[t];
-    const auto& ip = near.ip;
-    far.ox = pair_offset(&tile.cxh, &tile.cxl, ip.xh, ip.xl);
-    far.oy = pair_offset(&tile.cyh, &tile.cyl, ip.yh, ip.yl);
-    far.oz = pair_offset(&tile.czh, &tile.czl, ip.zh, ip.zl);
-    const bool excluded_here = ex_hi >= static_cast<std::int64_t>(j0) &&
-                               ex_lo < static_cast<std::int64_t>(j1);
-    const bool is_far = !excluded_here &&
-        all_greater(fmadd(far.oz, far.oz, fmadd(far.oy, far.oy, far.ox * far.ox)),
-                    broadcast(&tile.far_r2));
-    PairSums<VF> s = zero_sums<VF>();
-    if (is_far) {
-      if constexpr (kJerk) {
-        const auto& iv = near.iv;
-        far.ovx = pair_offset(&tile.cvxh, &tile.cvxl, iv.xh, iv.xl);
-        far.ovy = pair_offset(&tile.cvyh, &tile.cvyl, iv.yh, iv.yl);
-        far.ovz = pair_offset(&tile.cvzh, &tile.cvzl, iv.zh, iv.zl);
-      }
-      j_loop<kJerk, false>(j0, j1, far, ex, eps2, three, s);
-      ++n_far;
-    } else {
-      j_range<kJerk>(j0, j1, near, ex, ex_lo, ex_hi, eps2, three, s);
+    bool is_far = !exr.meets(j0, j1);
+    for (int k = 0; k < kIVectors; ++k) {
+      const auto& ip = near.ip[k];
+      auto& o = far.o[k];
+      o.x = pair_offset(&tile.cxh, &tile.cxl, ip.xh, ip.xl);
+      o.y = pair_offset(&tile.cyh, &tile.cyl, ip.yh, ip.yl);
+      o.z = pair_offset(&tile.czh, &tile.czl, ip.zh, ip.zl);
+      is_far = is_far && all_greater(fmadd(o.z, o.z, fmadd(o.y, o.y, o.x * o.x)),
+                                     broadcast(&tile.far_r2));
     }
-    flush<kJerk>(s, *a.out, i);
+    if (is_far) {
+      if constexpr (kJerk)
+        for (int k = 0; k < kIVectors; ++k) {
+          const auto& iv = near.iv[k];
+          far.ov[k] = {pair_offset(&tile.cvxh, &tile.cvxl, iv.xh, iv.xl),
+                       pair_offset(&tile.cvyh, &tile.cvyl, iv.yh, iv.yl),
+                       pair_offset(&tile.cvzh, &tile.cvzl, iv.zh, iv.zl)};
+        }
+      j_loop<kJerk, false>(j0, j1, far, ex, eps2, three, s);
+      n_far += kIVectors;
+    } else {
+      j_range<kJerk>(j0, j1, near, ex, exr, eps2, three, s);
+    }
+    if ((t + 1) % kFlushTiles == 0 || t + 1 == a.tiles.size()) {
+      for (int k = 0; k < kIVectors; ++k) flush<kJerk>(s[k], *a.out, i0 + k * VF::W);
+      for (auto& sk : s) sk = zero_sums<VF>();
+    }
   }
   return n_far;
 }
 
-/// All j-particles onto the double i-vector at lane index i.
+/// All j-particles onto the double i-block at lane index i0.
 template <bool kJerk>
-inline void i_vector_double(const DoubleArgs& a, std::size_t i) {
+inline void i_block_double(const DoubleArgs& a, std::size_t i0) {
   const IMemoryDouble& m = *a.i_mem;
-  DoubleSource src{a.j_pos.data(), a.j_vel.data(), load(&m.x[i]), load(&m.y[i]), load(&m.z[i]),
-                   zero<VD>(), zero<VD>(), zero<VD>()};
-  if constexpr (kJerk) {
-    src.vx = load(&m.vx[i]);
-    src.vy = load(&m.vy[i]);
-    src.vz = load(&m.vz[i]);
+  DoubleSource src{a.j_pos.data(), a.j_vel.data(), {}, {}};
+  ExclD ex[kIVectorsDouble];
+  for (int k = 0; k < kIVectorsDouble; ++k) {
+    const std::size_t i = i0 + k * VD::W;
+    src.ip[k] = {load(&m.x[i]), load(&m.y[i]), load(&m.z[i])};
+    src.iv[k] = {zero<VD>(), zero<VD>(), zero<VD>()};
+    if constexpr (kJerk) src.iv[k] = {load(&m.vx[i]), load(&m.vy[i]), load(&m.vz[i])};
+    ex[k] = load_exclude_d(&m.exclude[i]);
   }
-  const ExclD ex = load_exclude_d(&m.exclude[i]);
-  std::int64_t ex_lo = INT64_MAX, ex_hi = -1;
-  if (a.with_exclude) excluded_range(&m.exclude[i], VD::W, ex_lo, ex_hi);
-  const VD eps2 = splat(a.eps2), three = splat(3.0);
+  ExcludedRange exr;
+  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectorsDouble * VD::W);
+  const VD eps2 = splat(a.eps2), three = three_scaled<VD>();
   const std::size_t nj = a.j_pos.size();
   for (std::size_t j0 = 0; j0 < nj; j0 += kJTile) {
-    PairSums<VD> s = zero_sums<VD>();
-    j_range<kJerk>(j0, std::min(j0 + kJTile, nj), src, ex, ex_lo, ex_hi, eps2, three, s);
-    flush<kJerk>(s, *a.out, i);
+    PairSums<VD> s[kIVectorsDouble];
+    for (auto& sk : s) sk = zero_sums<VD>();
+    j_range<kJerk>(j0, std::min(j0 + kJTile, nj), src, ex, exr, eps2, three, s);
+    for (int k = 0; k < kIVectorsDouble; ++k) flush<kJerk>(s[k], *a.out, i0 + k * VD::W);
   }
 }
 
 std::uint64_t forces_mixed(const MixedArgs& a) {
   std::uint64_t n_far = 0;
-  for (std::size_t i = a.i_begin; i < a.i_end; i += VF::W)
-    n_far += a.with_jerk ? i_vector_mixed<true>(a, i) : i_vector_mixed<false>(a, i);
+  for (std::size_t i = a.i_begin; i < a.i_end; i += kIVectors * VF::W)
+    n_far += a.with_jerk ? i_block_mixed<true>(a, i) : i_block_mixed<false>(a, i);
   return n_far;
 }
 
 void forces_double(const DoubleArgs& a) {
-  for (std::size_t i = a.i_begin; i < a.i_end; i += VD::W) {
+  for (std::size_t i = a.i_begin; i < a.i_end; i += kIVectorsDouble * VD::W) {
     if (a.with_jerk)
-      i_vector_double<true>(a, i);
+      i_block_double<true>(a, i);
     else
-      i_vector_double<false>(a, i);
+      i_block_double<false>(a, i);
   }
 }

@@ -48,15 +48,19 @@ inline VF zero<VF>() { return {_mm256_setzero_ps()}; }
 template <>
 inline VD zero<VD>() { return {_mm256_setzero_pd()}; }
 
-/// 1/sqrt(x) in float: the hardware estimate (~12 bits) refined by one Newton-Raphson step
-/// y1 = y0 (3 - x y0^2) / 2 to ~23 bits (max relative error ~2e-7).
-inline VF rsqrt(VF x) {
+/// rsqrt_scaled(x) = rsqrt_scale(x) / sqrt(x), the scale an exact power of two that the
+/// loops take out when they flush their sums (kernel_loops.inl).
+/// Float: the hardware estimate y0 (~12 bits) refined by one Newton-Raphson step, less its
+/// factor 1/2: 2 y1 = y0 (3 - x y0^2), ~23 bits (max relative error ~2e-7).
+inline VF rsqrt_scaled(VF x) {
   const __m256 y = _mm256_rsqrt_ps(x.v);
   const __m256 t = _mm256_fnmadd_ps(_mm256_mul_ps(x.v, y), y, _mm256_set1_ps(3.0f));
-  return {_mm256_mul_ps(_mm256_mul_ps(y, _mm256_set1_ps(0.5f)), t)};
+  return {_mm256_mul_ps(y, t)};
 }
-/// 1/sqrt(x) in double, correctly rounded square root and division.
-inline VD rsqrt(VD x) { return {_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(x.v))}; }
+constexpr double rsqrt_scale(VF) { return 2.0; }
+/// Double: correctly rounded square root and division, unscaled.
+inline VD rsqrt_scaled(VD x) { return {_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(x.v))}; }
+constexpr double rsqrt_scale(VD) { return 1.0; }
 
 inline ExclF load_exclude_f(const std::int64_t* p) {
   alignas(32) std::int32_t e[8];
@@ -81,15 +85,17 @@ inline bool all_greater(VF a, VF b) {
   return _mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)) == 0xff;
 }
 
-/// dst[0..W) += lanes of x, in float64: the blocked float64 accumulation of mixed mode.
-inline void add_to(double* dst, VF x) {
+/// dst[0..W) += scale * lanes of x, in float64: the blocked float64 accumulation of mixed
+/// mode. scale is a power of two, so the product is exact.
+inline void add_to(double* dst, VF x, double scale) {
+  const __m256d s = _mm256_set1_pd(scale);
   const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x.v));
   const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x.v, 1));
-  _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), lo));
-  _mm256_storeu_pd(dst + 4, _mm256_add_pd(_mm256_loadu_pd(dst + 4), hi));
+  _mm256_storeu_pd(dst, _mm256_fmadd_pd(lo, s, _mm256_loadu_pd(dst)));
+  _mm256_storeu_pd(dst + 4, _mm256_fmadd_pd(hi, s, _mm256_loadu_pd(dst + 4)));
 }
-inline void add_to(double* dst, VD x) {
-  _mm256_storeu_pd(dst, _mm256_add_pd(_mm256_loadu_pd(dst), x.v));
+inline void add_to(double* dst, VD x, double scale) {
+  _mm256_storeu_pd(dst, _mm256_fmadd_pd(x.v, _mm256_set1_pd(scale), _mm256_loadu_pd(dst)));
 }
 
 }  // namespace gravpipe::kernel::avx2

@@ -40,8 +40,11 @@ inline VD load(const double* p) { return {*p}; }
 template <class V>
 inline V zero() { return {0}; }
 
-inline VF rsqrt(VF x) { return {1.0f / std::sqrt(x.v)}; }
-inline VD rsqrt(VD x) { return {1.0 / std::sqrt(x.v)}; }
+/// rsqrt_scale / sqrt(x), the scale a power of two (as for the AVX2 float Newton step).
+inline VF rsqrt_scaled(VF x) { return {2.0f / std::sqrt(x.v)}; }
+constexpr double rsqrt_scale(VF) { return 2.0; }
+inline VD rsqrt_scaled(VD x) { return {1.0 / std::sqrt(x.v)}; }
+constexpr double rsqrt_scale(VD) { return 1.0; }
 
 inline ExclF load_exclude_f(const std::int64_t* p) { return {*p}; }
 inline ExclD load_exclude_d(const std::int64_t* p) { return {*p}; }
@@ -50,7 +53,8 @@ inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) { return {ex.v == 
 
 inline bool all_greater(VF a, VF b) { return a.v > b.v; }
 
-inline void add_to(double* dst, VF x) { *dst += static_cast<double>(x.v); }
-inline void add_to(double* dst, VD x) { *dst += x.v; }
+/// *dst += scale * x in float64; scale is a power of two, so the product is exact.
+inline void add_to(double* dst, VF x, double scale) { *dst += scale * static_cast<double>(x.v); }
+inline void add_to(double* dst, VD x, double scale) { *dst += scale * x.v; }
 
 }  // namespace gravpipe::kernel::generic
