@@ -11,6 +11,7 @@
 #include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/j_memory.hpp"
 #include "gravpipe/span.hpp"
+#include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe {
 
@@ -43,6 +44,7 @@ class CpuPipeline final : public ForceProvider {
   void write_i(const ForceRequest& req, std::size_t n_padded);
   void compute(std::size_t n_padded, bool with_jerk, bool with_exclude);
   std::size_t i_row(std::size_t slot) const;
+  void count_j_write(Clock::time_point t0);
   void read_results(const ForceRequest& req);
 
   Precision precision_;

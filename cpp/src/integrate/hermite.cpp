@@ -2,12 +2,12 @@
 
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe {
 
@@ -17,14 +17,7 @@ namespace {
 // on a busy machine an OpenMP barrier can wait for a whole scheduler time slice.
 constexpr std::int64_t kMinParallel = 4096;
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 double norm3(const double* v) { return std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]); }
-double provider_seconds(const PipelineStats& s) {
-  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read;
-}
 
 /// Ticks from t0 to t, which must be a whole number of dt_max.
 std::int64_t sync_ticks(const Timeline& tl, double t) {

@@ -1,22 +1,15 @@
 #include "gravpipe/leapfrog.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe {
 
 namespace {
 constexpr std::int64_t kMinParallel = 4096;  // shorter loops stay on the calling thread
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-double provider_seconds(const PipelineStats& s) {
-  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read;
-}
 }  // namespace
 
 LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0,

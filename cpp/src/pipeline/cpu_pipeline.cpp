@@ -3,13 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <type_traits>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/stopwatch.hpp"
 #include "gravpipe/kernel.hpp"
 #include "gravpipe/morton.hpp"
 
@@ -17,10 +17,6 @@ namespace gravpipe {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // j-writes of fewer particles than this stay on one thread (a fork costs more than the copy).
 constexpr std::size_t kMinParallelParticles = 16384;
@@ -66,9 +62,7 @@ void CpuPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<co
     write_j_mixed(pos, mass, vel);
   else
     write_j_double(pos, mass, vel);
-  stats_.j_particles += n;
-  stats_.bytes_j_write += n * (has_j_vel_ ? 64 : 32);
-  stats_.seconds_j_write += seconds_since(t0);
+  count_j_write(t0);
 }
 
 namespace {
@@ -169,6 +163,12 @@ void CpuPipeline::write_j_double(Span<const double> pos, Span<const double> mass
   }
 }
 
+void CpuPipeline::count_j_write(Clock::time_point t0) {
+  stats_.j_particles += n_j_;
+  stats_.bytes_j_write += n_j_ * (has_j_vel_ ? 64 : 32);  // position+mass record (+ velocity)
+  stats_.seconds_j_write += seconds_since(t0);
+}
+
 void CpuPipeline::update_j(Span<const double> pos, Span<const double> vel) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (pos.size() != 3 * n_j_) throw InputError("update_j: pos must hold the current n_j particles");
@@ -180,9 +180,7 @@ void CpuPipeline::update_j(Span<const double> pos, Span<const double> vel) {
     fill_j_mixed(pos, mass, vel);
   else
     write_j_double(pos, mass, vel);
-  stats_.j_particles += n_j_;
-  stats_.bytes_j_write += n_j_ * (has_j_vel_ ? 64 : 32);
-  stats_.seconds_j_write += seconds_since(t0);
+  count_j_write(t0);
 }
 
 std::size_t CpuPipeline::i_row(std::size_t slot) const {
