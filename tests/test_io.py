@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time as time_module
+import warnings
 from pathlib import Path
 
 import h5py
@@ -198,6 +199,10 @@ def test_layout_matches_gadget4(tmp_path, particles):
         assert params["code_version"] == gravpipe.__version__
         version = params["gravpipe_format_version"]
         assert np.asarray(version).dtype.kind == "i" and version == 1
+        # neutral cosmology for yt and pynbody, which read these from /Parameters
+        for name, value in {"Omega0": 0.0, "OmegaLambda": 0.0, "HubbleParam": 1.0}.items():
+            assert np.asarray(params[name]).dtype == np.float64 and params[name] == value, name
+        assert "BoxSize" not in params  # pynbody would read a /Parameters BoxSize = 0 as a box
 
 
 # --------------------------------------------------------------------------------------
@@ -417,6 +422,9 @@ BAD_WRITES = {
     "eps negative": (dict(parameters={"eps": -1e-3}), "eps"),
     "eps text": (dict(parameters={"eps": "small"}), "eps"),
     "slash key": (dict(parameters={"a/b": 1}), "'a/b'"),
+    "cosmological OmegaLambda": (dict(parameters={"OmegaLambda": 0.7}), "OmegaLambda"),
+    "HubbleParam not 1": (dict(parameters={"HubbleParam": 0.7}), "HubbleParam"),
+    "Omega0 text": (dict(parameters={"Omega0": "0"}), "Omega0"),
     "state list": (dict(integrator_state={"t_i": [0.0, 1.0]}), "numpy array"),
     "state object array": (dict(integrator_state={"x": np.array([None, 1])}), "dtype"),
     "state str array": (dict(integrator_state={"x": np.array(["a"])}), "dtype"),
@@ -590,27 +598,49 @@ def test_yt_loads_snapshot(tmp_path, particles):
     yt = pytest.importorskip("yt")
     path = write_snapshot(tmp_path / "snap.hdf5", particles, 1.5)
     lo, hi = particles.pos.min() - 1.0, particles.pos.max() + 1.0
-    ds = yt.load(str(path), bounding_box=[[lo, hi]] * 3)
-    ad = ds.all_data()
-    ids, pos, mass = _sorted_by_id(
-        ad["PartType1", "ParticleIDs"].d,
-        ad["PartType1", "Coordinates"].to("code_length").d,
-        ad["PartType1", "Masses"].to("code_mass").d,
-    )
-    ref_ids, ref_pos, ref_mass = _sorted_by_id(particles.id, particles.pos, particles.mass)
-    assert np.array_equal(ids.astype(np.int64), ref_ids)
-    np.testing.assert_allclose(pos, ref_pos, rtol=1e-12, atol=0)
-    np.testing.assert_allclose(mass, ref_mass, rtol=1e-12, atol=0)
+    for bbox in ([[lo, hi]] * 3, None):  # an isolated system: yt sizes the domain itself
+        ds = yt.load(str(path), bounding_box=bbox)
+        assert not ds.cosmological_simulation  # OmegaLambda = 0 in /Parameters
+        assert float(ds.current_time.to("code_time")) == 1.5  # Time, not a scale factor
+        assert ds.current_redshift == 0.0
+        ad = ds.all_data()
+        ids, pos, vel, mass = _sorted_by_id(
+            ad["PartType1", "ParticleIDs"].d,
+            ad["PartType1", "Coordinates"].to("code_length").d,
+            ad["PartType1", "Velocities"].to("code_velocity").d,
+            ad["PartType1", "Masses"].to("code_mass").d,
+        )
+        ref_ids, ref_pos, ref_vel, ref_mass = _sorted_by_id(particles.id, particles.pos, particles.vel,
+                                                            particles.mass)
+        assert np.array_equal(ids.astype(np.int64), ref_ids)
+        np.testing.assert_allclose(pos, ref_pos, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(vel, ref_vel, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(mass, ref_mass, rtol=1e-12, atol=0)
 
 
 def test_pynbody_loads_snapshot(tmp_path, particles):
     pynbody = pytest.importorskip("pynbody")
     path = write_snapshot(tmp_path / "snap.hdf5", particles, 1.5)
-    s = pynbody.load(str(path))
-    ids, pos, mass = _sorted_by_id(
-        np.asarray(s["iord"]), np.asarray(s["pos"]), np.asarray(s["mass"]))
-    ref_ids, ref_pos, ref_mass = _sorted_by_id(particles.id, particles.pos, particles.mass)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = pynbody.load(str(path))
+        ids, pos, vel, mass = _sorted_by_id(
+            np.asarray(s["iord"]), np.asarray(s["pos"]), np.asarray(s["vel"]), np.asarray(s["mass"]))
+        # pynbody reads the cosmology from /Parameters: the neutral values, not its defaults
+        props = s.properties
+        assert (props["h"], props["a"], props["omegaM0"], props["omegaL0"]) == (1.0, 1.0, 0.0, 0.0)
+        assert "boxsize" not in props  # isolated: no periodic box
+        # its default GADGET units carry factors of a and h; with a = h = 1 a conversion
+        # between them and the same units without those factors changes no number
+        pos_plain = s["pos"].in_units("Mpc")
+        mass_plain = s["mass"].in_units("1e10 Msol")
+    assert not [w for w in caught if "Assuming default value" in str(w.message)]
     assert len(s) == N
+    ref_ids, ref_pos, ref_vel, ref_mass = _sorted_by_id(particles.id, particles.pos, particles.vel, particles.mass)
     assert np.array_equal(ids.astype(np.int64), ref_ids)
     np.testing.assert_allclose(pos, ref_pos, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(vel, ref_vel, rtol=1e-12, atol=0)
     np.testing.assert_allclose(mass, ref_mass, rtol=1e-12, atol=0)
+    order = np.argsort(np.asarray(s["iord"]))
+    np.testing.assert_allclose(np.asarray(pos_plain)[order], ref_pos, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(np.asarray(mass_plain)[order], ref_mass, rtol=1e-12, atol=0)

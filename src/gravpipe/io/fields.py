@@ -11,6 +11,8 @@ File layout (GADGET-4 HDF5, so that yt and pynbody open the files)::
     /Header          attributes of HEADER_ATTRS
     /PartType1/      datasets of PARTICLE_FIELDS (gravpipe writes slot 1, "halo"/dark matter)
     /Parameters      attributes: gravpipe metadata (units, G, integrator, eps, versions, ...)
+                     and the neutral cosmology of NON_COSMOLOGICAL (Omega0, OmegaLambda,
+                     HubbleParam) that yt and pynbody look for there
     /Integrator      checkpoints only: caller-supplied arrays (datasets) and scalars (attributes)
 """
 
@@ -142,6 +144,23 @@ HEADER_ATTRS: tuple[HeaderAttr, ...] = (
 
 HEADER_ATTR_NAMES: frozenset[str] = frozenset(a.name for a in HEADER_ATTRS)
 
+#: Cosmological parameters written to ``/Parameters`` with values that mean "not a
+#: cosmological run". GADGET-4 keeps its run parameters there, and both readers take them
+#: from that group when it is non-empty (the GADGET-2 header no longer has them):
+#:
+#: - pynbody (``GadgetHDFSnap``) reads Omega0, OmegaLambda and HubbleParam from
+#:   ``/Parameters``; when they are absent it assumes its default cosmology (h = 0.68),
+#:   and every unit conversion of positions and masses (``kpc a h^-1`` ...) is then off by
+#:   a factor 1/h. With HubbleParam = 1 (and a = 1 from Redshift = 0) the conversions leave
+#:   the numbers unchanged.
+#: - yt (``GadgetHDF5Dataset``) merges ``/Parameters`` into the header; when OmegaLambda is
+#:   present it also reads Omega0 and HubbleParam, and OmegaLambda = 0 marks the run as
+#:   non-cosmological, so ``current_time`` is the header ``Time`` (not a scale factor).
+#:
+#: BoxSize stays in ``/Header`` only: pynbody would read a ``/Parameters`` BoxSize = 0 as a
+#: zero-size periodic box. The writer rejects other values for these keys.
+NON_COSMOLOGICAL: dict[str, float] = {"Omega0": 0.0, "OmegaLambda": 0.0, "HubbleParam": 1.0}
+
 #: ``/Parameters`` keys that gravpipe itself fills in; ``describe`` explains them.
 STANDARD_PARAMETERS: dict[str, str] = {
     "units": "unit system of every number in the file",
@@ -150,4 +169,7 @@ STANDARD_PARAMETERS: dict[str, str] = {
     "eps": "Plummer softening length",
     "code_version": "gravpipe version that wrote the file",
     "gravpipe_format_version": "version of gravpipe's conventions inside the GADGET layout",
+    "Omega0": "matter density parameter: 0, not a cosmological run (read by yt and pynbody)",
+    "OmegaLambda": "cosmological constant: 0 tells yt the run is not cosmological",
+    "HubbleParam": "h = 1 so that pynbody's h-scaled units leave the numbers unchanged",
 }

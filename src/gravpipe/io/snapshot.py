@@ -10,6 +10,11 @@ Conventions
 -----------
 - Particles go to ``/PartType1`` (slot 1 of the header arrays); ``read_snapshot`` reads
   slot 1 unless ``part_type`` says otherwise.
+- ``/Parameters`` carries Omega0 = 0, OmegaLambda = 0, HubbleParam = 1 (see
+  ``fields.NON_COSMOLOGICAL``): yt then treats the file as non-cosmological (time =
+  header ``Time``) and pynbody's h- and a-scaled default units leave the numbers as they
+  are. Both attach their default GADGET units (kpc or Mpc, km/s, 1e10 Msol) to the raw
+  N-body numbers; pynbody's ``time`` property is a cosmological age, not ``Time``.
 - ``ParticleIDs`` are stored as uint64, the GADGET convention. gravpipe ids are int64; a
   negative id cannot be represented and ``write_snapshot`` rejects it (``ValueError``).
   Reading accepts ids of any integer dtype; a uint64 id above 2**63 - 1 is rejected by
@@ -46,6 +51,7 @@ from gravpipe.io.fields import (
     INTEGRATOR_GROUP,
     N_TYPES,
     NBODY_UNITS,
+    NON_COSMOLOGICAL,
     PARAMETERS_GROUP,
     PARTICLE_FIELDS,
     STANDARD_PARAMETERS,
@@ -146,8 +152,11 @@ def write_snapshot(
         gravpipe adds ``units`` (default ``"N-body (Henon): G = M = 1"``), ``G`` (default
         1.0), ``code_version`` (the installed gravpipe's version; a ``code_version`` given
         here is used only when that cannot be determined) and ``gravpipe_format_version``
-        (always this writer's). ``G`` must be > 0 and ``eps`` >= 0. Keys may not repeat a
-        ``/Header`` attribute name: yt merges the two groups.
+        (always this writer's) and the neutral cosmology Omega0 = 0, OmegaLambda = 0,
+        HubbleParam = 1 that yt and pynbody read from ``/Parameters`` (``fields.
+        NON_COSMOLOGICAL``; those keys may be passed only with exactly these values, as
+        when a file's parameters are handed back). ``G`` must be > 0 and ``eps`` >= 0.
+        Keys may not repeat a ``/Header`` attribute name: yt merges the two groups.
     integrator_state : mapping of str to ndarray or scalar, optional
         Checkpoint data for ``/Integrator``: numpy arrays become datasets (any bool,
         integer, float or complex dtype and shape, stored bit for bit), scalars become
@@ -259,14 +268,28 @@ def _parameters_for_file(parameters: Mapping[str, Scalar] | None) -> dict[str, A
                 f"parameters: key {key!r} is a /Header attribute name; yt merges /Parameters "
                 "into the header, so it would shadow the real value"
             )
+    for key, neutral in NON_COSMOLOGICAL.items():
+        if key in given and not _is_number(given[key], neutral):
+            raise ValueError(
+                f"parameters[{key!r}]: gravpipe runs are not cosmological, and yt and pynbody read "
+                f"{key} from /Parameters; it is always written as {neutral!r}, got {given[key]!r}"
+            )
     out: dict[str, Any] = {"units": NBODY_UNITS, "G": 1.0}
     out.update(given)
     out["code_version"] = _code_version(given.get("code_version"))
     out["gravpipe_format_version"] = FORMAT_VERSION
+    out.update(NON_COSMOLOGICAL)  # float64 attributes, as GADGET-4 writes them
     converted = {key: _attr_value(f"parameters[{key!r}]", value) for key, value in out.items()}
     _check_number(converted, "G", lambda g: g > 0, "> 0")
     _check_number(converted, "eps", lambda e: e >= 0, ">= 0")
     return converted
+
+
+def _is_number(value: object, expected: float) -> bool:
+    """Whether ``value`` is a real number (not bool or text) equal to ``expected``."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return float(value) == expected
 
 
 def _check_number(params: dict[str, Any], key: str, ok, bound: str) -> None:
