@@ -17,9 +17,9 @@ Precision modes and their tested error bounds (relative RMS over particles of
               precision and results do not change when the system is translated), float32
               arithmetic with rsqrt + one Newton step, float32 partial sums over tiles of 32
               j-particles flushed into float64; acc, pot <= 1e-6, jerk <= 1e-5 (measured
-              ~7e-8, ~2e-8 and ~4e-7 on Plummer and clustered sets). Both i and j sets are
-              put in Morton order internally; tiles far from an i-vector (all lanes beyond
-              2 tile radii) use tile-relative float coordinates, one add per coordinate.
+              ~1.3e-7, ~5e-8 and ~4e-7 on Plummer and clustered sets). Both i and j sets are
+              put in Morton order internally; tiles far from an i-block (all lanes beyond
+              1.5 tile radii) use tile-relative float coordinates, one add per coordinate.
               Coordinates and velocities must stay below 1e18 in magnitude (float32 range
               of r^2).
 """
