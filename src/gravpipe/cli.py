@@ -28,13 +28,12 @@ def _positive_int(text: str) -> int:
 
 def _fraction_or_float(text: str) -> float:
     """Accept '0.015625' or '1/64'."""
+    from gravpipe.runconfig import parse_number
+
     try:
-        if "/" in text:
-            a, b = text.split("/", 1)
-            return float(a) / float(b)
-        return float(text)
-    except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"expected a number such as 0.0156 or 1/64, got {text!r}") from None
+        return parse_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("--seed", type=int, default=None)
     ic.add_argument("-o", "--output", required=True, help="output snapshot (HDF5)")
 
+    _add_run_parser(sub)
+
     info = sub.add_parser("info", help="describe a snapshot")
     info.add_argument("file")
+
+    plot = sub.add_parser("plot", help="PNG plots of a run directory (energy error, Lagrangian radii, time breakdown)")
+    plot.add_argument("dir", help="run directory with diagnostics.csv (written by 'gravpipe run --out DIR')")
 
     bench = sub.add_parser("bench", help="benchmarks (interactions per second, machine, ratio to a reference)")
     bsub = bench.add_subparsers(dest="bench", required=True)
@@ -70,7 +74,55 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--threads", type=_positive_int, default=None)
     bd.add_argument("--quick", action="store_true", help="N = 1k, 4k, 16k only")
     bd.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bh = bsub.add_parser("hermite", help="Hermite block time steps: particle steps/s and the host+transfer share")
+    bh.add_argument("-n", type=_positive_int, default=16384, help="Plummer particles (default 16384)")
+    bh.add_argument("--t-end", type=_fraction_or_float, default=0.25, help="N-body time units (default 0.25)")
+    bh.add_argument("--precision", nargs="+", choices=["mixed", "double"], default=["mixed"])
+    bh.add_argument("--threads", type=_positive_int, default=None)
+    bh.add_argument("--eta", type=_fraction_or_float, default=0.02)
+    bh.add_argument("--eps", type=_fraction_or_float, default=1 / 64)
+    bh.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     return parser
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    """``gravpipe run``. Every option defaults to None so that a value from --config can be
+    told apart from one typed on the command line (which wins); the real defaults are in
+    ``gravpipe.runconfig.RunSettings``."""
+    from gravpipe.runconfig import DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, IC_MODELS, INTEGRATOR_NAMES
+
+    r = sub.add_parser(
+        "run", help="evolve a particle set (default: an embedded Plummer sphere with Hermite block steps)",
+        description="Evolve a particle set. Without FILE: an embedded Plummer sphere "
+                    f"(N = {DEFAULT_N}, seed {DEFAULT_SEED}, Hermite, eps 1/64, t_end {DEFAULT_T_END:g}). "
+                    "Without --out nothing is written. Times are absolute and must lie on the "
+                    "integrator's grid (multiples of dt_max for Hermite, dt for leapfrog).")
+    r.add_argument("file", nargs="?", default=None, help="initial snapshot (GADGET-4 layout HDF5); t0 is its time")
+    r.add_argument("--ic", choices=IC_MODELS, default=None, help="generated initial conditions (default plummer)")
+    r.add_argument("-n", type=_positive_int, default=None, help=f"particles of generated ICs (default {DEFAULT_N})")
+    r.add_argument("--seed", type=int, default=None, help=f"seed of generated ICs (default {DEFAULT_SEED})")
+    r.add_argument("--integrator", choices=INTEGRATOR_NAMES, default=None, help="default hermite")
+    r.add_argument("--t-end", type=_fraction_or_float, default=None, help=f"end time (default {DEFAULT_T_END:g})")
+    r.add_argument("--snap-every", type=_fraction_or_float, default=None,
+                   help="snapshot interval (with --out; default: one snapshot at t_end)")
+    r.add_argument("--checkpoint-every", type=_fraction_or_float, default=None,
+                   help="checkpoint interval (with --out; default: one checkpoint at t_end)")
+    r.add_argument("--out", metavar="DIR", default=None,
+                   help="run directory: snapshot_NNNN.h5, checkpoint_NNNN.h5, diagnostics.csv (default: write nothing)")
+    r.add_argument("--config", metavar="RUN.TOML", default=None,
+                   help="TOML file with the same keys as these options (t_end, eps, ...); the command line overrides it")
+    r.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the run in DIR from its newest checkpoint, to the stored t_end and cadences "
+                        "(--t-end, --snap-every, --checkpoint-every, --threads may override them)")
+    r.add_argument("--eps", type=_fraction_or_float, default=None, help=f"Plummer softening (default 1/{1 / DEFAULT_EPS:g})")
+    r.add_argument("--eta", type=_fraction_or_float, default=None, help="Hermite accuracy parameter (default 0.02)")
+    r.add_argument("--eta-s", type=_fraction_or_float, default=None, help="Hermite first-step parameter (default 0.01)")
+    r.add_argument("--dt-max", type=_fraction_or_float, default=None, help="Hermite largest step (default 1/8)")
+    r.add_argument("--dt", type=_fraction_or_float, default=None, help="leapfrog step (default 1/128)")
+    r.add_argument("--precision", choices=["mixed", "double"], default=None, help="default mixed")
+    r.add_argument("--backend", default=None, help="auto (default), cpu or cuda")
+    r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
+    r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,6 +230,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "direct":
         return _bench_direct(args)
+    if args.bench == "hermite":
+        return _bench_hermite(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -202,20 +256,197 @@ def _bench_direct(args: argparse.Namespace) -> int:
     console.print(table)
     console.print("flops: 38 per interaction for acc+pot, 60 with jerk (GRAPE convention); "
                   "'x numpy f64' is the ratio to the numpy float64 all-pairs rate measured in this run")
-    if args.json:
-        doc = direct.as_json(results, info)
-        if args.json == "-":
-            json.dump(doc, sys.stdout, indent=1)
-            print()
-        else:
-            from pathlib import Path
-
-            Path(args.json).write_text(json.dumps(doc, indent=1))
-            console.print(f"wrote {args.json}")
+    _emit_json(args.json, lambda: direct.as_json(results, info), console)
     return 0
 
 
-COMMANDS = {"forces": cmd_forces, "ic": cmd_ic, "info": cmd_info, "bench": cmd_bench}
+def _bench_hermite(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gravpipe.bench import hermite, machine
+
+    console = Console(stderr=args.json == "-")
+    info = machine.describe()
+    console.print(f"[bold]gravpipe bench hermite[/bold]  {info['cpu']}, {info['openmp_threads']} threads, "
+                  f"isa {info['isa']}")
+    results = []
+    for precision in args.precision:
+        r = hermite.run(n=args.n, t_end=args.t_end, precision=precision, threads=args.threads,
+                        eta=args.eta, eps=args.eps)
+        console.print(hermite.summary(r), highlight=False)
+        results.append(r)
+    _emit_json(args.json, lambda: hermite.as_json(results, info), console)
+    return 0
+
+
+def _emit_json(target: str | None, make_doc, console) -> None:
+    """Write a benchmark's JSON to ``target`` (a path, or '-' for stdout), atomically."""
+    if not target:
+        return
+    doc = make_doc()
+    if target == "-":
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return
+    from gravpipe.io.atomic import atomic_open
+
+    with atomic_open(target, "w") as fh:
+        fh.write(json.dumps(doc, indent=1))
+    console.print(f"wrote {target}")
+
+
+# ---- gravpipe run ---------------------------------------------------------------------
+
+# what --resume may change; everything else is fixed by the checkpoint's run config
+_RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress"}
+
+
+def _option_name(key: str) -> str:
+    return {"file": "FILE", "n": "-n"}.get(key, "--" + key.replace("_", "-"))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gravpipe import runconfig
+
+    cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
+    if args.resume is not None:
+        return _resume_run(args, cli_values)
+    file_values = runconfig.load_config(args.config) if args.config else {}
+    settings, given = runconfig.merge(file_values, cli_values)
+    if settings.file is not None and given & set(runconfig.IC_KEYS):
+        names = ", ".join(_option_name(k) for k in runconfig.IC_KEYS if k in given)
+        raise UserError(f"FILE ({settings.file}) gives the initial conditions; {names} (for generated ones) "
+                        "cannot be combined with it")
+    particles, t0, source = _initial_conditions(settings)
+    sim = _new_simulation(particles, t0, settings)
+    snap_every, ckpt_every = _cadences(settings, t0)
+    _print_start(sim, source, settings.t_end, settings.out)
+    return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress)
+
+
+def _initial_conditions(settings):
+    """(particles, t0, description) from FILE or from the ic/n/seed keys."""
+    import gravpipe as gp
+    from gravpipe import io
+
+    if settings.file is not None:
+        particles, t0 = io.read(settings.file)
+        return particles, t0, f"{settings.file} (N = {particles.n}, t = {t0:g})"
+    make = {"plummer": gp.ic.plummer, "uniform-sphere": gp.ic.uniform_sphere, "uniform-cube": gp.ic.uniform_cube}
+    particles = make[settings.ic](settings.n, seed=settings.seed)
+    return particles, 0.0, f"{settings.ic}, N = {settings.n}, seed {settings.seed} (generated; Henon units)"
+
+
+def _new_simulation(particles, t0: float, settings):
+    from gravpipe.simulation import Simulation
+
+    return Simulation(particles, integrator=settings.integrator, eps=settings.eps, backend=settings.backend,
+                      precision=settings.precision, threads=settings.threads, eta=settings.eta,
+                      eta_s=settings.eta_s, dt_max=settings.dt_max, dt=settings.dt, t0=t0)
+
+
+def _cadences(settings, t0: float) -> tuple[float | None, float | None]:
+    """Snapshot and checkpoint intervals. With --out, an interval not given means one file
+    at t_end, so that a finished run keeps its final state and can be extended with
+    ``--resume DIR --t-end LATER``. Without --out, evolve rejects any interval given."""
+    whole_run = settings.t_end - t0
+    if settings.out is None or whole_run <= 0:  # evolve reports a t_end before t0
+        return settings.snap_every, settings.checkpoint_every
+    return (settings.snap_every if settings.snap_every is not None else whole_run,
+            settings.checkpoint_every if settings.checkpoint_every is not None else whole_run)
+
+
+def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
+    from gravpipe.simulation import Simulation, latest_checkpoint
+
+    fixed = [k for k, v in cli_values.items() if v is not None and k not in _RESUME_KEYS]
+    if args.config is not None:
+        fixed.insert(0, "config")
+    if fixed:
+        names = ", ".join(_option_name(k) for k in fixed)
+        allowed = ", ".join(_option_name(k) for k in sorted(_RESUME_KEYS))
+        raise UserError(f"--resume continues the run stored in its checkpoint; {names} cannot be given "
+                        f"with it (allowed: {allowed})")
+    checkpoint = latest_checkpoint(args.resume)
+    sim = Simulation.resume(args.resume, threads=args.threads)
+    stored = sim.config.evolve
+    t_end = args.t_end if args.t_end is not None else stored.get("t_end")
+    if t_end is None:
+        raise UserError(f"{checkpoint}: stores no t_end; give --t-end")
+    snap_every = args.snap_every if args.snap_every is not None else stored.get("snapshot_every")
+    ckpt_every = args.checkpoint_every if args.checkpoint_every is not None else stored.get("checkpoint_every")
+    _print_start(sim, f"resumed from {checkpoint} (t = {sim.time:g})", t_end, args.resume)
+    if abs(t_end - sim.time) <= 1e-9 * sim.quantum:
+        print(f"already at t_end = {t_end:g}: nothing to do (give --t-end to go further)")
+        return 0
+    return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
+
+
+def _print_start(sim, source: str, t_end: float, out: str | None) -> None:
+    c = sim.config
+    params = ", ".join(f"{k} {v:g}" for k, v in c.params.items())
+    print(f"gravpipe run: {source}")
+    print(f"  {c.integrator} ({params}), eps {c.eps:g}, precision {c.precision}, "
+          f"backend {sim.backend} ({sim.backend_detail})")
+    where = f"output in {out}" if out is not None else "no --out: nothing is written"
+    print(f"  t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
+
+
+def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | None, progress: bool) -> int:
+    import time
+
+    start = time.perf_counter()
+    sim.evolve(t_end, snapshot_every=snap_every, checkpoint_every=ckpt_every, out=out, progress=progress)
+    wall = time.perf_counter() - start
+    print(f"energy error (E - E0) / |E0| = {sim.energy_error():.3e} at t = {sim.time:g}")
+    _print_breakdown(sim.timings, wall)
+    if out is not None:
+        _print_files(out)
+    return 0
+
+
+def _print_breakdown(t, wall: float) -> None:
+    """The GRAPE-style split of the step time (host / transfer / compute)."""
+    step_time = t.host + t.transfer + t.compute
+    print("time breakdown (this process):")
+    for name, seconds in (("host", t.host), ("transfer", t.transfer), ("compute", t.compute)):
+        share = 100 * seconds / step_time if step_time > 0 else 0.0
+        print(f"  {name:<9}{seconds:10.3f} s  {share:5.1f}%")
+    print(f"  {'total':<9}{t.total:10.3f} s  (wall {wall:.3f} s with diagnostics and output)")
+    print(f"  host+transfer share {100 * t.host_transfer_share:.1f}%; {t.steps:,} steps, "
+          f"{t.particle_steps:,} particle steps, {t.particle_steps_per_second:.3e} particle steps/s, "
+          f"{t.interactions:,} interactions")
+
+
+def _print_files(out: str) -> None:
+    from pathlib import Path
+
+    d = Path(out)
+    snaps = sorted(d.glob("snapshot_*.h5"))
+    ckpts = sorted(d.glob("checkpoint_*.h5"))
+    parts = [f"{len(snaps)} snapshot_*.h5", f"{len(ckpts)} checkpoint_*.h5"]
+    if (d / "diagnostics.csv").is_file():
+        parts.append("diagnostics.csv")
+    last = f"; latest snapshot {snaps[-1].name}" if snaps else ""
+    print(f"files in {d}: {', '.join(parts)}{last}")
+
+
+# ---- gravpipe plot --------------------------------------------------------------------
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from gravpipe import plot
+
+    try:
+        paths = plot.plot_run(args.dir)
+    except plot.MissingMatplotlib as exc:
+        raise UserError(str(exc)) from None
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"forces": cmd_forces, "ic": cmd_ic, "run": cmd_run, "info": cmd_info, "plot": cmd_plot,
+            "bench": cmd_bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -123,7 +123,12 @@ class Simulation:
             self.config, state, self.history = _restart
         self._core = spec.build(self._pipe._impl, np.array(particles.pos), np.array(particles.vel),
                                 self._mass, self.config.t0, self.config.params, state)
-        self._timings_base = Timings()
+        # step counts of the run before this process (a resumed run continues the count, so
+        # the steps columns of diagnostics.csv match an uninterrupted run)
+        last = self.history[-1] if self.history else {}
+        self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
+        # the start-up force evaluation on all particles is not part of any step
+        self._startup = self._raw_timings()
         if _restart is None:
             self._record()
 
@@ -131,6 +136,18 @@ class Simulation:
     @property
     def time(self) -> float:
         return self._core.time
+
+    @property
+    def backend(self) -> str:
+        """The backend that computes the forces ("cpu", ...), as chosen by ``backend="auto"``."""
+        return self._pipe.backend
+
+    @property
+    def backend_detail(self) -> str:
+        """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
+        (``Pipeline.backend_detail`` names the machine's maximum)."""
+        p = self._pipe
+        return f"isa={p.isa}, threads={p.threads}" if p.backend == "cpu" else p.backend_detail
 
     @property
     def quantum(self) -> float:
@@ -150,13 +167,23 @@ class Simulation:
         """(E - E0) / |E0| relative to the energy at the start of the run."""
         return (self.energy().total - self.config.energy0) / abs(self.config.energy0)
 
-    @property
-    def timings(self) -> Timings:
+    def _raw_timings(self) -> Timings:
         c = self._core.counters()
         s = self._pipe.stats
         return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
                        compute=s.seconds_compute, total=c["seconds_total"], steps=c["steps"],
                        particle_steps=c["particle_steps"], interactions=s.interactions)
+
+    @property
+    def timings(self) -> Timings:
+        """The time breakdown of the steps taken by this process (start-up excluded)."""
+        now, base = self._raw_timings(), self._startup
+        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
+
+    @property
+    def startup_seconds(self) -> float:
+        """Wall time of the start-up (the first force evaluation on all particles)."""
+        return self._startup.total
 
     # ---- evolution -------------------------------------------------------------------
     def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
@@ -208,9 +235,10 @@ class Simulation:
                 step = round(every / q)
                 for k in range(step * (now_k // step + 1), end_k + 1, step):
                     marks.setdefault(k, set()).add(name)
-        # progress and diagnostics at least every ~1/50 of the run
-        stride = max(1, (end_k - now_k) // 50)
-        for k in range(now_k + stride, end_k, stride):
+        # progress and diagnostics at least every ~1/50 of the run, on a grid counted from
+        # t0 (not from now), so that a resumed run records the same rows as an uninterrupted one
+        stride = max(1, end_k // 50)
+        for k in range(stride * (now_k // stride + 1), end_k, stride):
             marks.setdefault(k, set())
         return [(t0 + k * q, marks[k]) for k in sorted(marks) if k > now_k]
 
@@ -226,7 +254,8 @@ class Simulation:
                "energy_error": (e.total - self.config.energy0) / abs(self.config.energy0),
                "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
         row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
-        row.update({"steps": t.steps, "particle_steps": t.particle_steps,
+        steps0, psteps0 = self._steps_before
+        row.update({"steps": steps0 + t.steps, "particle_steps": psteps0 + t.particle_steps,
                     "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
         self.history.append(row)
 

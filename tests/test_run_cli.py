@@ -1,0 +1,205 @@
+"""``gravpipe run`` and ``gravpipe plot`` as a user drives them: output, files, config, errors."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gravpipe as gp
+from gravpipe import io
+from gravpipe.cli import main
+from gravpipe.runconfig import DEFAULT_N
+
+
+def gravpipe(*args, cwd=None, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gravpipe.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def run_main(capsys, *args):
+    """main() in this process (much faster than a subprocess): (exit code, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def energy_error(stdout: str) -> float:
+    m = re.search(r"energy error \(E - E0\) / \|E0\| = (\S+)", stdout)
+    assert m, stdout
+    return float(m.group(1))
+
+
+@pytest.fixture
+def ic_file(tmp_path):
+    path = tmp_path / "ic.h5"
+    io.write_snapshot(path, gp.ic.plummer(128, seed=5), 0.0)
+    return path
+
+
+# ---- the embedded default --------------------------------------------------------------
+
+def test_default_run_prints_energy_error_and_breakdown(tmp_path):
+    # the embedded default (Plummer, N = DEFAULT_N, Hermite) cut short to keep the test quick
+    r = gravpipe("run", "--t-end", "1/8", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"N = {DEFAULT_N}" in r.stdout and "hermite" in r.stdout
+    assert abs(energy_error(r.stdout)) < 1e-5
+    for label in ("host", "transfer", "compute", "total", "host+transfer share", "particle steps/s"):
+        assert label in r.stdout, r.stdout
+    assert "nothing is written" in r.stdout
+    assert list(tmp_path.iterdir()) == []  # no --out: no files
+
+
+def test_run_with_out_writes_snapshots_checkpoint_and_diagnostics(capsys, ic_file, tmp_path):
+    out = tmp_path / "run1"
+    code, stdout, _ = run_main(capsys, "run", ic_file, "--t-end", "1/2", "--snap-every", "1/4", "--out", out,
+                               "--threads", "1")
+    assert code == 0
+    assert str(out) in stdout and "snapshot_0002.h5" in stdout
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5", "snapshot_0002.h5"]
+    snap = io.read_snapshot(out / "snapshot_0002.h5")
+    assert snap.time == 0.5 and snap.parameters["integrator"] == "hermite"
+    # without --checkpoint-every: one checkpoint at t_end, so the run can be extended
+    assert io.read_snapshot(out / "checkpoint_0001.h5").integrator_state is not None
+    header = (out / "diagnostics.csv").read_text().splitlines()[0]
+    assert "energy_error" in header and "seconds_compute" in header
+
+
+def test_resume_extends_a_finished_run(capsys, ic_file, tmp_path):
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", out, "--threads", "1")[0] == 0
+    code, stdout, _ = run_main(capsys, "run", "--resume", out)
+    assert code == 0 and "nothing to do" in stdout
+    code, stdout, _ = run_main(capsys, "run", "--resume", out, "--t-end", "1/2")
+    assert code == 0 and "resumed from" in stdout
+    # the stored cadence (the whole first run, 1/4) goes on: a second snapshot at t = 1/2
+    assert io.read_snapshot(out / "snapshot_0002.h5").time == 0.5
+    ref = tmp_path / "ref"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/2", "--snap-every", "1/4", "--out", ref,
+                    "--threads", "1")[0] == 0
+    a, b = io.read(out / "snapshot_0002.h5")[0], io.read(ref / "snapshot_0002.h5")[0]
+    assert a.pos.tobytes() == b.pos.tobytes()
+
+
+# ---- run.toml -----------------------------------------------------------------------------
+
+def test_config_file_sets_options_and_command_line_overrides(capsys, tmp_path):
+    cfg_dir = tmp_path / "cfg"
+    cfg_dir.mkdir()
+    (cfg_dir / "run.toml").write_text(
+        'integrator = "leapfrog"\n'
+        'n = 96\nseed = 3\n'
+        'dt = "1/64"\n'
+        'eps = "1/32"\n'
+        't_end = 0.25\n'
+        'snap-every = 0.125\n'       # dashes work as in the option names
+        'out = "out"\n'              # relative to the config file
+        'threads = 1\n'
+        'precision = "double"\n')
+    code, stdout, err = run_main(capsys, "run", "--config", cfg_dir / "run.toml", "--t-end", "1/2",
+                                 "--precision", "mixed")
+    assert code == 0, err
+    out = cfg_dir / "out"
+    snaps = sorted(out.glob("snapshot_*.h5"))
+    assert len(snaps) == 4  # every 1/8 up to the overriding t_end = 1/2
+    last = io.read_snapshot(snaps[-1])
+    assert last.time == 0.5 and last.particles.n == 96
+    assert last.parameters["integrator"] == "leapfrog" and last.parameters["eps"] == 1 / 32
+    assert last.parameters["precision"] == "mixed"  # command line over file
+    np.testing.assert_array_equal(io.read(snaps[0])[0].mass, gp.ic.plummer(96, seed=3).mass)
+
+
+# ---- user mistakes: one line on stderr, exit status 2 -------------------------------------
+
+@pytest.fixture
+def workdir(tmp_path, ic_file, capsys):
+    (tmp_path / "unknown.toml").write_text("t_end = 1.0\nsoftening = 0.1\n")
+    (tmp_path / "badtype.toml").write_text('n = "many"\n')
+    (tmp_path / "badsyntax.toml").write_text("t_end = = 1\n")
+    (tmp_path / "corrupt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    (tmp_path / "empty").mkdir()
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", tmp_path / "done", "--threads", "1")[0] == 0
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config", "unknown.toml"], "softening"),
+    (["--config", "badtype.toml"], "n: expected an integer"),
+    (["--config", "badsyntax.toml"], "not valid TOML"),
+    (["--config", "missing.toml"], "missing.toml"),
+    (["-n", "64", "--t-end", "0.3"], "t_end: 0.3 must be"),
+    (["-n", "64", "--t-end", "1", "--snap-every", "0.1", "--out", "o"], "snapshot_every: 0.1"),
+    (["-n", "64", "--integrator", "leapfrog", "--t-end", "1/100"], "multiple of dt"),
+    (["-n", "64", "--snap-every", "1"], "output directory"),
+    (["-n", "64", "--eps", "-1"], "eps"),
+    (["-n", "64", "--dt", "0.01"], "dt: not a parameter of the hermite integrator"),
+    (["-n", "64", "--backend", "abacus"], "abacus"),
+    (["nosuch.h5"], "nosuch.h5"),
+    (["corrupt.h5"], "corrupt.h5"),
+    (["ic.h5", "-n", "64"], "FILE"),
+    (["--resume", "nowhere"], "nowhere"),
+    (["--resume", "empty"], "no checkpoint"),
+    (["--resume", "done", "--eps", "0.1"], "--eps"),
+    (["--resume", "done", "--t-end", "1/8"], "before the current time"),
+])
+def test_user_errors_are_one_line(workdir, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(workdir)
+    code, out, err = run_main(capsys, "run", *args)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert lines[0].startswith("gravpipe run: error:")
+
+
+def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
+    r = gravpipe("run", "-n", "64", "--t-end", "0.3", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["-n", "0"], ["--t-end", "soon"], ["--integrator", "euler"]])
+def test_bad_option_values_are_rejected_by_the_parser(capsys, args):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", *args])
+    assert exc.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+# ---- gravpipe plot -------------------------------------------------------------------------
+
+def test_plot_writes_three_pngs(capsys, ic_file, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/2", "--checkpoint-every", "1/8", "--out", out,
+                    "--threads", "1")[0] == 0
+    # a resumed run restarts its wall-clock counters; the breakdown plot must cope
+    (out / "checkpoint_0004.h5").unlink()
+    assert run_main(capsys, "run", "--resume", out)[0] == 0
+    code, stdout, err = run_main(capsys, "plot", out)
+    assert code == 0, err
+    for name in ("energy_error.png", "lagrangian_radii.png", "time_breakdown.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+        assert name in stdout
+
+
+def test_plot_of_a_directory_without_diagnostics_is_a_user_error(capsys, tmp_path):
+    code, _, err = run_main(capsys, "plot", tmp_path)
+    assert code == 2 and "diagnostics.csv" in err and err.count("\n") == 1
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path):
+    # a matplotlib that cannot be imported shadows the real one
+    fake = tmp_path / "fake" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "diagnostics.csv").write_text("time,energy_error\n0.0,0.0\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]))
+    r = gravpipe("plot", str(tmp_path / "run"), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and 'pip install "gravpipe[plot]"' in r.stderr
