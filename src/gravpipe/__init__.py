@@ -1,13 +1,18 @@
 """gravpipe: a gravitational N-body engine in the GRAPE tradition.
 
-The force pipeline (``Pipeline``, ``accel``) runs on CPU SIMD lanes and threads; initial
-conditions live in ``gravpipe.ic``. Units are N-body (Henon) units by default: G = M = 1.
+The force pipeline (``Pipeline``, ``accel``) runs on CPU SIMD lanes and threads;
+``Simulation`` evolves particle sets with Hermite block time steps or leapfrog; initial
+conditions are in ``gravpipe.ic``, HDF5 snapshots in ``gravpipe.io``, energies and
+Lagrangian radii in ``gravpipe.diagnostics``. Units are N-body (Henon) units by default:
+G = M = 1.
 """
 
-from gravpipe.particles import Particles
+from gravpipe import diagnostics, ic, io
 from gravpipe.backends import BackendUnavailableError
+from gravpipe.particles import Particles
 from gravpipe.pipeline import Pipeline, PipelineStats, accel, available_backends
-from gravpipe import ic
+from gravpipe.simulation import Simulation, Timings
 
 __version__ = "0.1.0"
-__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "accel", "available_backends", "ic", "__version__"]
+__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "Simulation", "Timings",
+           "accel", "available_backends", "diagnostics", "ic", "io", "__version__"]
