@@ -46,7 +46,8 @@ def _split_restart(restart: dict[str, np.ndarray] | None):
 INTEGRATORS: dict[str, IntegratorSpec] = {
     "hermite": IntegratorSpec(
         "hermite", {"eta": 0.02, "eta_s": 0.01, "dt_max": 0.125}, "dt_max", _build_hermite,
-        "4th-order Hermite, block individual time steps (Makino & Aarseth 1992)"),
+        "4th-order Hermite, block individual time steps (Makino & Aarseth 1992); a smaller eta_s "
+        "(e.g. 0.0025) removes most of the start-up energy error of short runs"),
     "leapfrog": IntegratorSpec(
         "leapfrog", {"dt": 1.0 / 128}, "dt", _build_leapfrog,
         "kick-drift-kick leapfrog, shared time step"),
