@@ -232,3 +232,41 @@ def test_bad_forces_arguments():
         tree.forces(np.zeros((2, 3)), exclude=[0, 3])
     with pytest.raises(ValueError, match="non-finite"):
         tree.forces(np.eye(3)[:1])  # on a particle, eps = 0
+
+
+def test_simulation_with_tree_gravity_conserves_energy():
+    p = gp.ic.plummer(1024, seed=14)
+    tree = gp.Simulation(p, gravity="tree", integrator="leapfrog", dt=1 / 128, eps=1 / 32, theta=0.5)
+    direct = gp.Simulation(p, gravity="direct", integrator="leapfrog", dt=1 / 128, eps=1 / 32, precision="double")
+    tree.evolve(1.0, progress=False)
+    direct.evolve(1.0, progress=False)
+    assert abs(tree.energy_error()) < 1e-4
+    # the trajectories agree to the level set by the force error
+    d = np.linalg.norm(tree.particles.pos - direct.particles.pos, axis=1)
+    assert np.median(d) < 1e-4
+    assert tree.timings.interactions > 0
+
+
+def test_simulation_tree_resume_is_bit_identical(tmp_path):
+    p = gp.ic.plummer(512, seed=15)
+    kw = dict(gravity="tree", integrator="leapfrog", dt=1 / 64, eps=1 / 32, theta=0.7)
+    full = gp.Simulation(p, **kw)
+    full.evolve(0.5, progress=False)
+    part = gp.Simulation(p, **kw)
+    part.evolve(0.25, checkpoint_every=0.25, out=tmp_path, progress=False)
+    resumed = gp.Simulation.resume(tmp_path)
+    assert resumed.config.theta == 0.7
+    resumed.evolve(0.5, progress=False)
+    assert np.array_equal(resumed.particles.pos, full.particles.pos)
+
+
+def test_simulation_tree_rejects_hermite_and_stray_theta():
+    p = gp.ic.plummer(64, seed=16)
+    with pytest.raises(ValueError, match="leapfrog"):
+        gp.Simulation(p, gravity="tree", integrator="hermite")
+    with pytest.raises(ValueError, match="theta"):
+        gp.Simulation(p, gravity="direct", integrator="leapfrog", theta=0.5)
+    with pytest.raises(ValueError, match="theta"):
+        gp.Simulation(p, gravity="tree", integrator="leapfrog", theta=-1.0)
+    with pytest.raises(ValueError, match="gravity"):
+        gp.Simulation(p, gravity="fmm")

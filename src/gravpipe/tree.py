@@ -203,3 +203,39 @@ class Tree:
     def stats(self) -> TreeStats:
         """Counters and timers of the last evaluation (and of the build)."""
         return TreeStats(**self._impl.stats())
+
+
+class TreeGravity:
+    """The treecode as a Simulation's force provider (what ``gravity="tree"`` plugs in).
+
+    Each integrator step writes all particles (a new tree: sort, build, moments) and asks
+    for self-gravity; the provider recognises that request and runs the grouped walk.
+    Offers the same ``backend`` / ``isa`` / ``threads`` / ``stats`` as a Pipeline, so the
+    Simulation reports its timings the same way (j-write: tree build; compute: walk +
+    lists). Jerks are not available, so only shared-step integrators can use it.
+    """
+
+    backend = "cpu"
+
+    def __init__(self, eps: float, G: float, *, theta: float = 0.5, quadrupole: bool = True,
+                 n_leaf: int = DEFAULT_N_LEAF, n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
+                 threads: int | None = None):
+        eps = check_positive_scalar("eps", eps)
+        G = _check_G(G)
+        theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
+        self.theta = theta
+        self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads)
+        self.threads: int = nthreads or _core.max_threads()
+        self.isa: str = _core.available_isas()[0]
+        self.backend_detail = f"treecode theta={theta}, isa={self.isa}, threads={self.threads}"
+
+    @property
+    def stats(self):
+        from gravpipe.pipeline import PipelineStats
+
+        return PipelineStats(**self._impl.stats())
+
+    @property
+    def tree_stats(self) -> TreeStats:
+        """Counters of the last force evaluation."""
+        return TreeStats(**self._impl.tree_stats())
