@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
 #include <optional>
 
@@ -25,8 +26,9 @@ auto span_of(const A& a) {
 }
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, int n_leaf, int n_crit,
-                       double alpha, int threads) {
+                       double alpha, int threads, const std::string& precision) {
   TreeParams p;
+  p.precision = parse_precision(precision);
   p.eps = eps, p.G = G, p.theta = theta, p.quadrupole = quadrupole;
   p.n_leaf = n_leaf, p.n_crit = n_crit, p.alpha = alpha, p.threads = threads;
   return p;
@@ -58,14 +60,14 @@ void bind_tree(nb::module_& m) {
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
-              int n_leaf, int n_crit, double alpha, int threads) {
-             const TreeParams p = params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads);
+              int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads, precision);
              nb::gil_scoped_release release;
              new (self) Tree(span_of(pos), span_of(mass), p);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
            nb::arg("quadrupole"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("alpha"),
-           nb::arg("threads"))
+           nb::arg("threads"), nb::arg("precision"))
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())
@@ -82,10 +84,11 @@ void bind_tree(nb::module_& m) {
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",
            [](TreeForceProvider* self, double eps, double G, double theta, bool quadrupole, int n_leaf,
-              int n_crit, double alpha, int threads) {
-             new (self) TreeForceProvider(params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads));
+              int n_crit, double alpha, int threads, const std::string& precision) {
+             new (self) TreeForceProvider(
+                 params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads, precision));
            },
            nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"), nb::arg("n_leaf"),
-           nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"))
+           nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"))
       .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); });
 }

@@ -68,10 +68,11 @@ def test_default_accuracy_figure(plummer_case):
 def test_opening_everything_is_the_direct_sum():
     """A tiny theta opens every cell: the tree then sums the same pairs as direct summation."""
     pos, mass = plummer(700, 5)
-    acc, pot = gp.Tree(pos, mass, 0.01, theta=1e-6, n_leaf=4, n_crit=16).forces()
     ra, rp, _ = direct_sum_f64(pos, mass, pos, eps=0.01, exclude=np.arange(len(mass)))
-    assert np.max(rel_errors(acc, ra)) < 1e-12
-    assert np.max(np.abs(pot - rp) / np.abs(rp)) < 1e-12
+    for precision, bound in (("double", 1e-12), ("mixed", 1e-5)):
+        acc, pot = gp.Tree(pos, mass, 0.01, theta=1e-6, n_leaf=4, n_crit=16, precision=precision).forces()
+        assert np.max(rel_errors(acc, ra)) < bound
+        assert np.max(np.abs(pot - rp) / np.abs(rp)) < bound
 
 
 def check_against_direct(pos, mass, eps, theta=0.5, bound=2e-3, **kw):
@@ -91,7 +92,8 @@ def check_against_direct(pos, mass, eps, theta=0.5, bound=2e-3, **kw):
 def test_few_particles(n):
     rng = np.random.default_rng(n)
     pos, mass = rng.normal(size=(n, 3)), rng.uniform(0.5, 1.0, n)
-    check_against_direct(pos, mass, 0.0, bound=1e-13)
+    check_against_direct(pos, mass, 0.0, bound=1e-13, precision="double")
+    check_against_direct(pos, mass, 0.0, bound=1e-5, precision="mixed")
 
 
 def test_single_particle_feels_nothing():
@@ -137,11 +139,21 @@ def test_translation_and_scale():
     assert np.median(rel_errors(a1, a0)) < 1e-7
 
 
-def test_identical_for_any_thread_count():
+@pytest.mark.parametrize("precision", ["mixed", "double"])
+def test_identical_for_any_thread_count(precision):
     pos, mass = plummer(15000, 7)
-    a1, p1 = gp.Tree(pos, mass, 0.01, threads=1).forces()
-    a2, p2 = gp.Tree(pos, mass, 0.01, threads=2).forces()
+    a1, p1 = gp.Tree(pos, mass, 0.01, threads=1, precision=precision).forces()
+    a2, p2 = gp.Tree(pos, mass, 0.01, threads=2, precision=precision).forces()
     assert np.array_equal(a1, a2) and np.array_equal(p1, p2)
+
+
+@pytest.mark.parametrize("theta", [0.3, 0.7])
+def test_mixed_precision_adds_little_error(plummer_case, theta):
+    pos, mass, eps, (sel, ra, _) = plummer_case
+    am, _ = gp.Tree(pos, mass, eps, theta=theta, precision="mixed").forces()
+    ad, _ = gp.Tree(pos, mass, eps, theta=theta, precision="double").forces()
+    assert np.median(rel_errors(am, ad)) < 2e-6
+    assert abs(np.median(rel_errors(am[sel], ra)) / np.median(rel_errors(ad[sel], ra)) - 1) < 0.05
 
 
 def test_results_in_caller_order():
@@ -217,6 +229,7 @@ def test_accel_method_tree():
     (dict(pos=np.eye(3), mass=np.ones(3), alpha=-1.0), "alpha"),
     (dict(pos=np.eye(3), mass=np.ones(3), threads=0), "threads"),
     (dict(pos=np.eye(3), mass=np.ones(3), G=0.0), "G"),
+    (dict(pos=np.eye(3), mass=np.ones(3), precision="half"), "precision"),
 ])
 def test_bad_input(kwargs, match):
     pos, mass = kwargs.pop("pos"), kwargs.pop("mass")

@@ -14,7 +14,9 @@ the cell's com exceeds size/theta + |com - box centre| (size: longest side of th
 bounding box; the second term corrects for an off-centre com); with ``alpha`` the
 relative criterion of GADGET (open if G M size^2 / d^4 > alpha |a_old|) is applied too, from
 the second evaluation on. Particle-particle terms are the direct pipeline's pairwise
-interaction in float64 (Plummer softening, identical to ``Pipeline(precision="double")``);
+interaction (Plummer softening; ``precision="double"``: float64 as in
+``Pipeline(precision="double")``; ``"mixed"`` (default): float32 arithmetic on coordinates
+relative to the group centre, float64 results, ~1e-6 added error);
 particle-cell terms are the monopole (softened like a particle) plus the quadrupole
 term of the softened potential's Taylor expansion, which tends to the softened particle
 sum as cells shrink.
@@ -122,6 +124,12 @@ def _check_G(G: float) -> float:
     return G
 
 
+def _check_precision(precision: str) -> str:
+    if precision not in ("mixed", "double"):
+        raise ValueError(f"precision: unknown mode {precision!r} (expected 'mixed' or 'double')")
+    return precision
+
+
 class Tree:
     """A Barnes-Hut tree over source particles (see the module docstring for the method).
 
@@ -135,11 +143,15 @@ class Tree:
     n_leaf : leaf capacity; n_crit : particles per group sharing one interaction list.
     alpha : optional relative opening criterion (GADGET); used from the second ``forces()``.
     threads : OpenMP threads (None: all). Results do not depend on it, bit for bit.
+    precision : list kernels in "mixed" (float32 arithmetic on group-relative coordinates,
+        float64 results; adds ~1e-6 relative error, far below the tree's own) or "double"
+        (float64 throughout, the direct pipeline's double mode).
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
                  theta: float = 0.5, quadrupole: bool = True, n_leaf: int = DEFAULT_N_LEAF,
-                 n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None):
+                 n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
+                 precision: str = "mixed"):
         pos_a = as_float_array("pos", pos, (None, 3))
         mass_a = as_float_array("mass", mass, (None,))
         check_same_length(pos=pos_a, mass=mass_a)
@@ -153,7 +165,9 @@ class Tree:
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta, self.quadrupole, self.n_leaf, self.n_crit, self.alpha = theta, bool(quadrupole), n_leaf, n_crit, alpha
         self.eps, self.G = eps, G
-        self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads)
+        self.precision = _check_precision(precision)
+        self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads,
+                                precision)
 
     @property
     def n(self) -> int:
@@ -219,12 +233,13 @@ class TreeGravity:
 
     def __init__(self, eps: float, G: float, *, theta: float = 0.5, quadrupole: bool = True,
                  n_leaf: int = DEFAULT_N_LEAF, n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, precision: str = "mixed"):
         eps = check_positive_scalar("eps", eps)
         G = _check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta = theta
-        self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads)
+        self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads,
+                                             _check_precision(precision))
         self.threads: int = nthreads or _core.max_threads()
         self.isa: str = _core.available_isas()[0]
         self.backend_detail = f"treecode theta={theta}, isa={self.isa}, threads={self.threads}"

@@ -21,6 +21,7 @@
 
 #include "gravpipe/cpu_features.hpp"
 #include "gravpipe/force_provider.hpp"
+#include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
 
 namespace gravpipe {
@@ -38,6 +39,7 @@ struct TreeParams {
   int n_crit = 256;         // group size: cells of <= n_crit particles share one list
   double alpha = 0;         // relative (GADGET) criterion when > 0 and old |a| exist
   int threads = 0;          // <= 0: all OpenMP threads
+  Precision precision = Precision::Mixed;  // of the list kernels (pipeline_types.hpp)
 };
 
 /// Work and time of the last force evaluation (and of the build that preceded it).
@@ -134,27 +136,68 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
 
 // ---- evaluation (tree_evaluate.cpp) ------------------------------------------------------
 
+/// Raw views of a list or of sinks in one precision, for the kernels.
+template <class T>
+struct ListView {
+  const T *px, *py, *pz, *pm;
+  const std::int64_t* pidx;
+  std::size_t np, n_masked;
+  const T *cx, *cy, *cz, *cm, *qxx, *qxy, *qxz, *qyy, *qyz, *qzz, *qtr;
+  std::size_t nc;
+};
+template <class T>
+struct SinkView {
+  const T *x, *y, *z;
+  const std::int64_t* exclude;
+};
+
+/// A list's particles and cells in contiguous arrays: the "j-particle write" of the GRAPE
+/// treecode. Double: absolute float64 coordinates. Mixed: float32 coordinates relative to
+/// the group centre, float32 moments.
+template <class T>
+struct ListArrays {
+  std::vector<T> px, py, pz, pm;
+  std::vector<T> cx, cy, cz, cm, qxx, qxy, qxz, qyy, qyz, qzz, qtr;
+};
+
+struct GatheredList {
+  ListArrays<double> d;
+  ListArrays<float> f;
+  std::vector<std::int64_t> pidx;  // sorted index of each particle (for exclusion)
+  std::size_t n_masked = 0;        // the first n_masked particles may hold excluded ones
+  bool mixed = false;
+  /// Copy the list's particles and cells; ranges meeting [ex_begin, ex_end) go first.
+  /// Mixed: coordinates relative to `centre` (the group's).
+  void gather(const InteractionList& l, const TreeNodes& t, const SourceView& p, bool quadrupole,
+              std::int64_t ex_begin, std::int64_t ex_end, Precision precision, const double centre[3]);
+  std::size_t n_particles() const { return pidx.size(); }
+  std::size_t n_cells() const { return mixed ? f.cm.size() : d.cm.size(); }
+  ListView<double> view_d() const { return view(d); }
+  ListView<float> view_f() const { return view(f); }
+
+ private:
+  template <class T>
+  ListView<T> view(const ListArrays<T>& a) const {
+    return {a.px.data(), a.py.data(), a.pz.data(), a.pm.data(), pidx.data(), pidx.size(), n_masked,
+            a.cx.data(), a.cy.data(), a.cz.data(), a.cm.data(), a.qxx.data(), a.qxy.data(),
+            a.qxz.data(), a.qyy.data(), a.qyz.data(), a.qzz.data(), a.qtr.data(), a.cm.size()};
+  }
+};
+
 /// The group's i-particles and their results, structure-of-arrays padded to kTreeIPad.
+/// Double: x/y/z absolute; mixed: xf/yf/zf relative to the group centre.
 struct GroupSinks {
   std::vector<double> x, y, z;
+  std::vector<float> xf, yf, zf;
   std::vector<std::int64_t> exclude;  // sorted j index to leave out, or -1
   std::vector<double> ax, ay, az, pot;
+  SinkView<double> view_d() const { return {x.data(), y.data(), z.data(), exclude.data()}; }
+  SinkView<float> view_f() const { return {xf.data(), yf.data(), zf.data(), exclude.data()}; }
 };
 constexpr std::size_t kTreeIPad = 8;
 
-/// A list gathered into contiguous arrays for the kernels.
-struct GatheredList {
-  std::vector<double> px, py, pz, pm;
-  std::vector<std::int64_t> pidx;  // sorted index of each particle (for exclusion)
-  std::size_t n_masked = 0;        // the first n_masked particles may hold excluded ones
-  std::vector<double> cx, cy, cz, cm, qxx, qxy, qxz, qyy, qyz, qzz, qtr;
-  /// Copy the list's particles and cells; ranges meeting [ex_begin, ex_end) go first.
-  void gather(const InteractionList& l, const TreeNodes& t, const SourceView& p, bool quadrupole,
-              std::int64_t ex_begin, std::int64_t ex_end);
-};
-
-/// sinks.{ax,ay,az,pot} = sums over the list (unscaled by G; pot positive, sum m/r).
-/// n_i is a multiple of kTreeIPad; the sinks' results are overwritten.
+/// n_i is a multiple of kTreeIPad; the sinks' results are overwritten (unscaled by G; pot
+/// positive, sum m/r).
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2,
                     bool quadrupole, Isa isa);
 

@@ -160,6 +160,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
   const MacParams mac{params_.G, params_.alpha};
   const double eps2 = params_.eps * params_.eps, G = params_.G;
   const SourceView src = view();
+  const bool mixed = params_.precision == Precision::Mixed;
   std::uint64_t pp = 0, pc = 0, tests = 0;
   double t_walk = 0, t_eval = 0;
   const auto ng = static_cast<std::int64_t>(groups.size());
@@ -172,15 +173,26 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
       const auto t0 = Clock::now();
       walk_group(nodes_, g, mac, w.list);
       const auto t1 = Clock::now();
-      w.gathered.gather(w.list, nodes_, src, params_.quadrupole, g.ex_begin, g.ex_end);
+      const double centre[3] = {0.5 * (g.lo[0] + g.hi[0]), 0.5 * (g.lo[1] + g.hi[1]),
+                                0.5 * (g.lo[2] + g.hi[2])};
+      w.gathered.gather(w.list, nodes_, src, params_.quadrupole, g.ex_begin, g.ex_end,
+                        params_.precision, centre);
       const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
       const std::size_t padded = (n + kTreeIPad - 1) / kTreeIPad * kTreeIPad;
       GroupSinks& s = w.sinks;
-      s.x.resize(padded), s.y.resize(padded), s.z.resize(padded), s.exclude.resize(padded);
+      s.exclude.resize(padded);
+      for (auto* v : {&s.x, &s.y, &s.z}) v->resize(mixed ? 0 : padded);
+      for (auto* v : {&s.xf, &s.yf, &s.zf}) v->resize(mixed ? padded : 0);
       for (std::size_t q = 0; q < padded; ++q) {
         // padding lanes repeat the first sink and exclude nothing; their sums are dropped
         const std::size_t i = static_cast<std::size_t>(g.i_begin) + (q < n ? q : 0);
-        s.x[q] = sinks.x[i], s.y[q] = sinks.y[i], s.z[q] = sinks.z[i];
+        if (mixed) {
+          s.xf[q] = static_cast<float>(sinks.x[i] - centre[0]);
+          s.yf[q] = static_cast<float>(sinks.y[i] - centre[1]);
+          s.zf[q] = static_cast<float>(sinks.z[i] - centre[2]);
+        } else {
+          s.x[q] = sinks.x[i], s.y[q] = sinks.y[i], s.z[q] = sinks.z[i];
+        }
         s.exclude[q] = q < n ? i_exclude[i] : -1;
       }
       evaluate_group(w.gathered, s, padded, eps2, params_.quadrupole, isa_);
@@ -190,8 +202,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
         pot[o] = -G * s.pot[q];
       }
       const auto t2 = Clock::now();
-      pp += n * w.gathered.pm.size();
-      pc += n * w.gathered.cm.size();
+      pp += n * w.gathered.n_particles();
+      pc += n * w.gathered.n_cells();
       tests += w.list.mac_tests;
       t_walk += std::chrono::duration<double>(t1 - t0).count();
       t_eval += std::chrono::duration<double>(t2 - t1).count();

@@ -1,10 +1,14 @@
 // The list loops of the tree evaluation, one template compiled once per instruction set.
-// Included inside namespace gravpipe::tree_kernel::<isa> after gravpipe::kernel::<isa>'s
-// lane types are visible as VD / ExclD.
+// Included inside namespace gravpipe::tree_kernel::<isa>, with kernel_lanes naming
+// gravpipe::kernel::<isa> (the lane types of the direct kernels).
 //
 // As in the direct kernels: W i-particles of the group sit in the W lanes of a vector and
 // each list entry (particle or cell) is broadcast to all lanes. Particle-particle terms are
-// add_pair (pair_interaction.hpp), the very function of direct summation, in float64.
+// add_pair (pair_interaction.hpp), the very function of direct summation.
+// Double: float64 throughout. Mixed: coordinates relative to the group's centre, rounded
+// to float32 once in float64 (so differences keep float32 precision relative to the
+// group's size for any translation of the system), float32 arithmetic with rsqrt + one
+// Newton step, each i-particle's sums in float32 and flushed to float64 once.
 //
 // Particle-cell terms: the monopole is add_pair with the cell's mass at its com (softened
 // like a particle). The quadrupole is the second-order Taylor term of the *softened*
@@ -15,43 +19,66 @@
 // So the cell term converges to the softened particle sum as the cell shrinks, for any eps
 // (with eps = 0 it is the usual traceless quadrupole).
 
-using kernel_lanes::VD;
-using kernel_lanes::ExclD;
+template <class T>
+struct Lanes;
+template <>
+struct Lanes<double> {
+  using V = kernel_lanes::VD;
+  using Excl = kernel_lanes::ExclD;
+  static Excl load_ex(const std::int64_t* p) { return kernel_lanes::load_exclude_d(p); }
+};
+template <>
+struct Lanes<float> {
+  using V = kernel_lanes::VF;
+  using Excl = kernel_lanes::ExclF;
+  static Excl load_ex(const std::int64_t* p) { return kernel_lanes::load_exclude_f(p); }
+};
 
-template <bool kMasked>
-inline void pp_loop(std::size_t j0, std::size_t j1, const GatheredList& l, VD xi, VD yi, VD zi,
-                    ExclD ex, VD eps2, PairSums<VD>& s) {
+/// 1/sqrt(r2): the lane type's scaled estimate times the exact power of two 1/S.
+template <class T, class V>
+inline V rinv_of(V r2) {
   using namespace kernel_lanes;
-  const VD zero_v = zero<VD>(), three = splat(3.0);
+  constexpr double S = rsqrt_scale(V{});
+  if constexpr (S == 1.0)
+    return rsqrt_scaled(r2);
+  else
+    return rsqrt_scaled(r2) * splat(static_cast<T>(1.0 / S));
+}
+
+template <bool kMasked, class T, class V, class Excl>
+inline void pp_loop(std::size_t j0, std::size_t j1, const ListView<T>& l, V xi, V yi, V zi,
+                    Excl ex, V eps2, PairSums<V>& s) {
+  using namespace kernel_lanes;
+  const V zero_v = zero<V>(), three = splat(static_cast<T>(3));
   for (std::size_t j = j0; j < j1; ++j) {
-    const VD dx = broadcast(&l.px[j]) - xi, dy = broadcast(&l.py[j]) - yi,
-             dz = broadcast(&l.pz[j]) - zi;
-    VD rinv = rsqrt_scaled(softened_r2(dx, dy, dz, eps2));
+    const V dx = broadcast(&l.px[j]) - xi, dy = broadcast(&l.py[j]) - yi,
+            dz = broadcast(&l.pz[j]) - zi;
+    V rinv = rinv_of<T>(softened_r2(dx, dy, dz, eps2));
     if constexpr (kMasked) rinv = zero_where_excluded(rinv, ex, l.pidx[j]);
     add_pair<false>(s, dx, dy, dz, zero_v, zero_v, zero_v, broadcast(&l.pm[j]), rinv, three);
   }
 }
 
-template <bool kQuad>
-inline void pc_loop(const GatheredList& l, VD xi, VD yi, VD zi, VD eps2, PairSums<VD>& s) {
+template <bool kQuad, class T, class V>
+inline void pc_loop(const ListView<T>& l, V xi, V yi, V zi, V eps2, PairSums<V>& s) {
   using namespace kernel_lanes;
-  const VD zero_v = zero<VD>(), three = splat(3.0), half = splat(0.5), five_half = splat(2.5);
-  const std::size_t nc = l.cm.size();
-  for (std::size_t c = 0; c < nc; ++c) {
-    const VD dx = broadcast(&l.cx[c]) - xi, dy = broadcast(&l.cy[c]) - yi,
-             dz = broadcast(&l.cz[c]) - zi;
-    const VD rinv = rsqrt_scaled(softened_r2(dx, dy, dz, eps2));
+  const V zero_v = zero<V>(), three = splat(static_cast<T>(3)), half = splat(static_cast<T>(0.5)),
+          five_half = splat(static_cast<T>(2.5));
+  for (std::size_t c = 0; c < l.nc; ++c) {
+    const V dx = broadcast(&l.cx[c]) - xi, dy = broadcast(&l.cy[c]) - yi,
+            dz = broadcast(&l.cz[c]) - zi;
+    const V rinv = rinv_of<T>(softened_r2(dx, dy, dz, eps2));
     add_pair<false>(s, dx, dy, dz, zero_v, zero_v, zero_v, broadcast(&l.cm[c]), rinv, three);
     if constexpr (kQuad) {
-      const VD qxx = broadcast(&l.qxx[c]), qxy = broadcast(&l.qxy[c]), qxz = broadcast(&l.qxz[c]);
-      const VD qyy = broadcast(&l.qyy[c]), qyz = broadcast(&l.qyz[c]), qzz = broadcast(&l.qzz[c]);
-      const VD qdx = fmadd(qxz, dz, fmadd(qxy, dy, qxx * dx));
-      const VD qdy = fmadd(qyz, dz, fmadd(qyy, dy, qxy * dx));
-      const VD qdz = fmadd(qzz, dz, fmadd(qyz, dy, qxz * dx));
-      const VD dqd = fnmadd(eps2, broadcast(&l.qtr[c]), fmadd(dz, qdz, fmadd(dy, qdy, dx * qdx)));
-      const VD rinv2 = rinv * rinv;
-      const VD rinv5 = rinv2 * rinv2 * rinv;
-      const VD k = five_half * dqd * rinv5 * rinv2;
+      const V qxx = broadcast(&l.qxx[c]), qxy = broadcast(&l.qxy[c]), qxz = broadcast(&l.qxz[c]);
+      const V qyy = broadcast(&l.qyy[c]), qyz = broadcast(&l.qyz[c]), qzz = broadcast(&l.qzz[c]);
+      const V qdx = fmadd(qxz, dz, fmadd(qxy, dy, qxx * dx));
+      const V qdy = fmadd(qyz, dz, fmadd(qyy, dy, qxy * dx));
+      const V qdz = fmadd(qzz, dz, fmadd(qyz, dy, qxz * dx));
+      const V dqd = fnmadd(eps2, broadcast(&l.qtr[c]), fmadd(dz, qdz, fmadd(dy, qdy, dx * qdx)));
+      const V rinv2 = rinv * rinv;
+      const V rinv5 = rinv2 * rinv2 * rinv;
+      const V k = five_half * dqd * rinv5 * rinv2;
       s.pot = fmadd(half * dqd, rinv5, s.pot);
       s.ax = fmadd(k, dx, fnmadd(rinv5, qdx, s.ax));
       s.ay = fmadd(k, dy, fnmadd(rinv5, qdy, s.ay));
@@ -60,29 +87,31 @@ inline void pc_loop(const GatheredList& l, VD xi, VD yi, VD zi, VD eps2, PairSum
   }
 }
 
-inline void store(const PairSums<VD>& s, GroupSinks& out, std::size_t i) {
+template <class T>
+void evaluate_lanes(const ListView<T>& l, const SinkView<T>& g, std::size_t n_i, double eps2_d,
+                    bool quadrupole, GroupSinks& out) {
   using namespace kernel_lanes;
-  // the outputs are zeroed by the caller: adding 1 x sum stores the sum exactly
-  add_to(&out.ax[i], s.ax, 1.0), add_to(&out.ay[i], s.ay, 1.0), add_to(&out.az[i], s.az, 1.0);
-  add_to(&out.pot[i], s.pot, 1.0);
-}
-
-void evaluate(const EvalArgs& a) {
-  using namespace kernel_lanes;
-  const GatheredList& l = *a.list;
-  GroupSinks& g = *a.sinks;
-  const VD eps2 = splat(a.eps2);
-  const std::size_t np = l.pm.size(), nm = l.n_masked;
-  for (std::size_t i = 0; i < a.n_i; i += VD::W) {
-    const VD xi = load(&g.x[i]), yi = load(&g.y[i]), zi = load(&g.z[i]);
-    const ExclD ex = load_exclude_d(&g.exclude[i]);
-    PairSums<VD> s{zero<VD>(), zero<VD>(), zero<VD>(), zero<VD>(), zero<VD>(), zero<VD>(), zero<VD>()};
-    pp_loop<true>(0, nm, l, xi, yi, zi, ex, eps2, s);
-    pp_loop<false>(nm, np, l, xi, yi, zi, ex, eps2, s);
-    if (a.quadrupole)
+  using V = typename Lanes<T>::V;
+  const V eps2 = splat(static_cast<T>(eps2_d));
+  for (std::size_t i = 0; i < n_i; i += V::W) {
+    const V xi = load(&g.x[i]), yi = load(&g.y[i]), zi = load(&g.z[i]);
+    const auto ex = Lanes<T>::load_ex(&g.exclude[i]);
+    PairSums<V> s{zero<V>(), zero<V>(), zero<V>(), zero<V>(), zero<V>(), zero<V>(), zero<V>()};
+    pp_loop<true>(0, l.n_masked, l, xi, yi, zi, ex, eps2, s);
+    pp_loop<false>(l.n_masked, l.np, l, xi, yi, zi, ex, eps2, s);
+    if (quadrupole)
       pc_loop<true>(l, xi, yi, zi, eps2, s);
     else
       pc_loop<false>(l, xi, yi, zi, eps2, s);
-    store(s, g, i);
+    // the outputs are zeroed by the caller: adding 1 x sum stores it (exactly, in float64)
+    add_to(&out.ax[i], s.ax, 1.0), add_to(&out.ay[i], s.ay, 1.0), add_to(&out.az[i], s.az, 1.0);
+    add_to(&out.pot[i], s.pot, 1.0);
   }
+}
+
+void evaluate(const EvalArgs& a) {
+  if (a.mixed)
+    evaluate_lanes<float>(a.list->view_f(), a.sinks->view_f(), a.n_i, a.eps2, a.quadrupole, *a.sinks);
+  else
+    evaluate_lanes<double>(a.list->view_d(), a.sinks->view_d(), a.n_i, a.eps2, a.quadrupole, *a.sinks);
 }

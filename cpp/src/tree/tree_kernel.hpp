@@ -13,6 +13,7 @@ struct EvalArgs {
   std::size_t n_i = 0;  // padded to a multiple of kTreeIPad
   double eps2 = 0;
   bool quadrupole = true;
+  bool mixed = false;
 };
 
 namespace generic {
