@@ -82,7 +82,7 @@ void bind_integrate(nb::module_& m) {
 
   nb::class_<HermiteIntegrator, Integrator>(m, "Hermite")
       .def("__init__",
-           [](HermiteIntegrator* self, CpuPipeline& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
+           [](HermiteIntegrator* self, ForceProvider& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
               double eta, double eta_s, double dt_max, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {
              HermiteParams p{eta, eta_s, dt_max};
              ParticleState s = state_from(pos, vel, mass);
@@ -101,7 +101,7 @@ void bind_integrate(nb::module_& m) {
 
   nb::class_<LeapfrogIntegrator, Integrator>(m, "Leapfrog")
       .def("__init__",
-           [](LeapfrogIntegrator* self, CpuPipeline& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
+           [](LeapfrogIntegrator* self, ForceProvider& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
               double dt, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {
              LeapfrogParams p{dt};
              ParticleState s = state_from(pos, vel, mass);

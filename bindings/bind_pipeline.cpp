@@ -51,7 +51,12 @@ nb::dict stats_dict(const gravpipe::PipelineStats& s) {
 }  // namespace
 
 void bind_pipeline(nb::module_& m) {
-  nb::class_<CpuPipeline>(m, "CpuPipeline")
+  // The interface integrators take their forces through; CpuPipeline and the tree's
+  // provider derive from it, so either can drive an integrator.
+  nb::class_<gravpipe::ForceProvider>(m, "ForceProvider")
+      .def("stats", [](const gravpipe::ForceProvider& p) { return stats_dict(p.stats()); });
+
+  nb::class_<CpuPipeline, gravpipe::ForceProvider>(m, "CpuPipeline")
       .def("__init__",
            [](CpuPipeline* self, const std::string& precision, double eps, double G,
               const std::string& isa, int threads) {

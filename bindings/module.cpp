@@ -12,6 +12,7 @@ namespace nb = nanobind;
 
 void bind_pipeline(nb::module_& m);
 void bind_integrate(nb::module_& m);
+void bind_tree(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "gravpipe C++ core";
@@ -41,4 +42,5 @@ NB_MODULE(_core, m) {
   }, "Whether CUDA sources were compiled, how many devices the runtime sees, and why none.");
   bind_pipeline(m);
   bind_integrate(m);
+  bind_tree(m);
 }

@@ -31,7 +31,8 @@ def make(p, **kw):
     ({"eps": float("nan")}, "eps"),
     ({"precision": "half"}, "precision"),
     ({"backend": "quantum"}, "backend"),
-    ({"gravity": "tree"}, "gravity"),
+    ({"gravity": "fmm"}, "gravity"),
+    ({"gravity": "tree", "integrator": "hermite"}, "leapfrog"),
 ])
 def test_bad_parameters_name_the_argument(plummer, kwargs, message):
     with pytest.raises(ValueError, match=message):

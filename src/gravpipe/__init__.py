@@ -1,6 +1,7 @@
 """gravpipe: a gravitational N-body engine in the GRAPE tradition.
 
 The force pipeline (``Pipeline``, ``accel``) runs on CPU SIMD lanes and threads;
+the Barnes-Hut treecode (``Tree``) gives O(N log N) forces;
 ``Simulation`` evolves particle sets with Hermite block time steps or leapfrog; initial
 conditions are in ``gravpipe.ic``, HDF5 snapshots in ``gravpipe.io``, energies and
 Lagrangian radii in ``gravpipe.diagnostics``. Units are N-body (Henon) units by default:
@@ -12,7 +13,8 @@ from gravpipe.backends import BackendUnavailableError
 from gravpipe.particles import Particles
 from gravpipe.pipeline import Pipeline, PipelineStats, accel, available_backends
 from gravpipe.simulation import Simulation, Timings
+from gravpipe.tree import Tree, TreeStats
 
 __version__ = "0.1.0"
-__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "Simulation", "Timings",
+__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "Simulation", "Timings", "Tree", "TreeStats",
            "accel", "available_backends", "diagnostics", "ic", "io", "__version__"]

@@ -245,12 +245,21 @@ def _check_results(acc: np.ndarray, pot: np.ndarray, jerk: np.ndarray | None) ->
 
 
 def accel(pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
-          precision: str = "mixed", backend: str = "auto", threads: int | None = None
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """All-pairs self-gravity of one particle set, each particle's own term excluded.
+          method: str = "direct", theta: float = 0.5, precision: str = "mixed", backend: str = "auto",
+          threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Self-gravity of one particle set, each particle's own term excluded.
 
-    pos (N,3), mass (N,) -> (acc (N,3), pot (N,)). Accuracy as for :class:`Pipeline`.
+    pos (N,3), mass (N,) -> (acc (N,3), pot (N,)).
+    method "direct": all pairs on the pipeline (accuracy as for :class:`Pipeline`).
+    method "tree": the Barnes-Hut treecode with opening angle ``theta`` and quadrupoles
+    (accuracy in :mod:`gravpipe.tree`; ``precision`` and ``backend`` do not apply).
     """
+    if method == "tree":
+        from gravpipe.tree import Tree
+
+        return Tree(pos, mass, eps=eps, G=G, theta=theta, threads=threads).forces()
+    if method != "direct":
+        raise ValueError(f"method: unknown {method!r} (expected 'direct' or 'tree')")
     pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
     pipe.set_j(pos, mass)
     n = pipe.n_j

@@ -27,7 +27,9 @@ from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
 from gravpipe.io.atomic import atomic_open
 from gravpipe.particles import Particles
+from gravpipe.backends import resolve_backend
 from gravpipe.pipeline import Pipeline
+from gravpipe.tree import TreeGravity
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
 CHECKPOINT_GLOB = "checkpoint_*.h5"
@@ -81,6 +83,7 @@ class RunConfig:
     t0: float
     energy0: float
     evolve: dict[str, Any] = field(default_factory=dict)  # t_end, cadences, out of the last evolve
+    theta: float | None = None  # opening angle of gravity="tree"
 
 
 class Simulation:
@@ -89,35 +92,48 @@ class Simulation:
     Parameters
     ----------
     particles : Particles (N-body units by default: G = M = 1).
-    gravity : "direct" (O(N^2) on the force pipeline; "tree" comes with the treecode).
+    gravity : "direct" (O(N^2) on the force pipeline) or "tree" (Barnes-Hut treecode,
+        opening angle ``theta``, default 0.5 with quadrupoles; leapfrog only, as the tree
+        gives no jerks; ``precision`` does not apply: the tree sums in float64).
     integrator : "hermite" (block time steps; takes eta, eta_s, dt_max) or "leapfrog"
         (shared step; takes dt).
     eps : Plummer softening length (>= 0).
     backend, precision, threads : as for :class:`gravpipe.Pipeline`.
     eta, eta_s, dt_max, dt : integrator parameters (None: the integrator's default).
+    theta : tree opening angle (gravity="tree" only).
     """
 
     def __init__(self, particles: Particles, gravity: str = "direct", integrator: str = "hermite", *,
                  eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
                  threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
                  dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 _restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None):
+                 theta: float | None = None, _restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None):
         if not isinstance(particles, Particles):
             raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
-        if gravity != "direct":
-            raise ValueError(f"gravity: {gravity!r} is not available in this release (expected 'direct')")
+        if gravity not in ("direct", "tree"):
+            raise ValueError(f"gravity: unknown {gravity!r} (expected 'direct' or 'tree')")
         spec, params = integrators.resolve(integrator, {"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt})
+        if gravity == "tree" and spec.name != "leapfrog":
+            raise ValueError(f"gravity='tree' needs integrator='leapfrog' ({spec.name} needs jerks, "
+                             "which the treecode does not compute)")
+        if gravity != "tree" and theta is not None:
+            raise ValueError("theta: only for gravity='tree'")
         eps = check_positive_scalar("eps", eps)
         if not math.isfinite(float(t0)):
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec = spec
-        self._pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
+        if gravity == "tree":
+            theta = 0.5 if theta is None else theta
+            resolve_backend(backend)  # an unknown or missing backend is still an error
+            self._pipe = TreeGravity(eps, G, theta=theta, threads=threads)
+        else:
+            self._pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
         self._mass = np.array(particles.mass)
         self._ids = np.array(particles.id)
         if _restart is None:
             energy0 = diagnostics.energy(particles, eps, G).total
             self.config = RunConfig(gravity, spec.name, params, eps, float(G), backend, precision, threads,
-                                    float(t0), energy0)
+                                    float(t0), energy0, theta=self._pipe.theta if gravity == "tree" else None)
             state, self.history = None, []
         else:
             self.config, state, self.history = _restart
@@ -305,7 +321,7 @@ class Simulation:
         return cls(snap.particles, config.gravity, config.integrator, eps=config.eps, G=config.G,
                    backend=config.backend, precision=config.precision,
                    threads=threads if threads is not None else config.threads, t0=config.t0,
-                   _restart=restart, **kw)
+                   theta=config.theta, _restart=restart, **kw)
 
 
 def latest_checkpoint(out: str | Path) -> Path:

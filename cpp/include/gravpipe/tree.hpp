@@ -1,0 +1,269 @@
+// The Barnes-Hut treecode (Barnes & Hut 1986) with grouped interaction lists (Barnes 1990;
+// Makino 1991's treecode on GRAPE): particles in Morton order, an octree whose cells are
+// contiguous ranges of that order, monopole + quadrupole moments, one interaction list per
+// group of <= n_crit particles, and the lists evaluated with the pipeline's pairwise
+// interaction (pair_interaction.hpp).
+//
+// The pieces are separate functions over plain data, one file each in cpp/src/tree/:
+//   tree_keys.cpp      keys and curve order (parallel sort)
+//   tree_build.cpp     octree from the sorted keys
+//   tree_moments.cpp   mass, centre of mass, bounding box, quadrupole, opening radius
+//   tree_walk.cpp      groups, MAC, interaction lists
+//   tree_evaluate.cpp  list evaluation (SIMD lanes over the group's i-particles)
+//   tree.cpp           the Tree that ties them together, and its ForceProvider
+// Tree, walk and evaluation read particles through a SourceView (spans), never through
+// owned arrays, so that the out-of-core store can later serve the same code from pages.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "gravpipe/cpu_features.hpp"
+#include "gravpipe/force_provider.hpp"
+#include "gravpipe/pipeline_types.hpp"
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+/// Deepest octree level: 21 bits per axis of the Morton key. Cells at this level are
+/// leaves whatever their count, so identical coordinates cannot recurse forever.
+constexpr int kTreeMaxLevel = 21;
+
+struct TreeParams {
+  double eps = 0;           // Plummer softening, as for direct summation
+  double G = 1;
+  double theta = 0.5;       // Barnes-Hut opening angle, > 0
+  bool quadrupole = true;
+  int n_leaf = 16;          // leaf capacity (cells of <= n_leaf particles are not split)
+  int n_crit = 256;         // group size: cells of <= n_crit particles share one list
+  double alpha = 0;         // relative (GADGET) criterion when > 0 and old |a| exist
+  int threads = 0;          // <= 0: all OpenMP threads
+  Precision precision = Precision::Mixed;  // of the list kernels (pipeline_types.hpp)
+};
+
+/// Work and time of the last force evaluation (and of the build that preceded it).
+/// "per body" figures are totals divided by the number of i-particles.
+struct TreeStats {
+  std::uint64_t n_j = 0, n_i = 0, nodes = 0, leaves = 0, groups = 0;
+  std::uint64_t pp_interactions = 0, pc_interactions = 0, mac_tests = 0;
+  double seconds_sort = 0, seconds_build = 0, seconds_moments = 0;
+  // walk and evaluate run interleaved per group inside one parallel loop: they are
+  // thread-seconds divided by the thread count, so they add up to that loop's wall time.
+  double seconds_walk = 0, seconds_evaluate = 0;
+  double seconds_forces = 0;  // wall time of the whole forces() call
+  bool relative_criterion_used = false;
+};
+
+/// Particles as the tree reads them: structure-of-arrays spans, in curve order.
+struct SourceView {
+  Span<const double> x, y, z, m;
+  std::size_t size() const { return m.size(); }
+};
+
+// ---- keys and ordering (tree_keys.cpp) ---------------------------------------------------
+
+/// The cube that maps positions onto the 2^21 grid of each axis.
+struct KeyFrame {
+  double lo[3] = {0, 0, 0};
+  double scale = 0;  // grid cells per length unit
+};
+KeyFrame key_frame(Span<const double> pos, int threads);
+/// Morton key of each position (3n row-major); positions outside the frame are clamped.
+std::vector<std::uint64_t> curve_keys(Span<const double> pos, const KeyFrame& f, int threads);
+/// The permutation that sorts keys ascending (ties by index: deterministic), and the keys
+/// in that order. A parallel sort: chunks sorted by threads, then merged pairwise.
+std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threads);
+
+// ---- octree (tree_build.cpp) -------------------------------------------------------------
+
+/// Cells as structure-of-arrays. Children of a cell are contiguous and come after it, so a
+/// reverse sweep over the index visits children before parents.
+struct TreeNodes {
+  std::vector<std::int64_t> begin, end;     // particle range [begin, end) in curve order
+  std::vector<std::int32_t> first_child;    // -1 for a leaf
+  std::vector<std::int8_t> n_children;
+  std::vector<std::int8_t> level;
+  // moments (tree_moments.cpp)
+  std::vector<double> mass, cx, cy, cz;               // mass and centre of mass
+  std::vector<double> lo_x, lo_y, lo_z, hi_x, hi_y, hi_z;  // particle bounding box
+  std::vector<double> size;                           // longest side of the bounding box
+  std::vector<double> r_open2;                        // (size/theta + delta)^2
+  // traceless quadrupole about the com, Q = sum m (3 y y^T - |y|^2 I), and its trace
+  // part T = sum m |y|^2, which the softened expansion needs (tree_evaluate.cpp)
+  std::vector<double> qxx, qxy, qxz, qyy, qyz, qzz, qtr;
+  std::size_t count() const { return begin.size(); }
+  bool is_leaf(std::size_t c) const { return first_child[c] < 0; }
+};
+
+/// Octree over sorted keys: a cell with more than n_leaf particles below kTreeMaxLevel is
+/// split into its non-empty octants.
+TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
+
+/// Fill the moments of every cell from the particles (in curve order).
+void compute_moments(TreeNodes& t, const SourceView& p, double theta, int threads);
+
+// ---- groups, MAC and interaction lists (tree_walk.cpp) -----------------------------------
+
+/// A set of i-particles [i_begin, i_end) (in the evaluation's i order) sharing one list.
+/// j-cells whose particle range meets [ex_begin, ex_end) contain an excluded j-particle of
+/// the group and are always opened (empty range: none).
+struct Group {
+  std::int64_t i_begin = 0, i_end = 0;
+  std::int64_t ex_begin = 0, ex_end = 0;
+  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};  // bounding box of the i-particles
+  double a_min = 0;                            // smallest |a_old| in the group (0: none)
+};
+
+/// Self-gravity groups: the highest cells with <= n_crit particles (or leaves).
+std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit);
+
+struct InteractionList {
+  std::vector<std::int32_t> cells;                        // accepted cells
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;  // particle ranges of opened leaves
+  std::uint64_t mac_tests = 0;
+};
+
+struct MacParams {
+  double G = 1;
+  double alpha = 0;  // > 0 with g.a_min > 0: also open if G M l^2 / d^4 > alpha a_min
+};
+
+/// Walk the tree for one group: a cell is accepted when it holds no excluded particle of
+/// the group and the distance d from the group's box to its com exceeds its opening radius
+/// size/theta + |com - box centre|; opened leaves give their particle ranges.
+void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out);
+
+// ---- evaluation (tree_evaluate.cpp) ------------------------------------------------------
+
+/// Raw views of a list or of sinks in one precision, for the kernels.
+template <class T>
+struct ListView {
+  const T *px, *py, *pz, *pm;
+  const std::int64_t* pidx;
+  std::size_t np, n_masked;
+  const T *cx, *cy, *cz, *cm, *qxx, *qxy, *qxz, *qyy, *qyz, *qzz, *qtr;
+  std::size_t nc;
+};
+template <class T>
+struct SinkView {
+  const T *x, *y, *z;
+  const std::int64_t* exclude;
+};
+
+/// A list's particles and cells in contiguous arrays: the "j-particle write" of the GRAPE
+/// treecode. Double: absolute float64 coordinates. Mixed: float32 coordinates relative to
+/// the group centre, float32 moments.
+template <class T>
+struct ListArrays {
+  std::vector<T> px, py, pz, pm;
+  std::vector<T> cx, cy, cz, cm, qxx, qxy, qxz, qyy, qyz, qzz, qtr;
+};
+
+struct GatheredList {
+  ListArrays<double> d;
+  ListArrays<float> f;
+  std::vector<std::int64_t> pidx;  // sorted index of each particle (for exclusion)
+  std::size_t n_masked = 0;        // the first n_masked particles may hold excluded ones
+  bool mixed = false;
+  /// Copy the list's particles and cells; ranges meeting [ex_begin, ex_end) go first.
+  /// Mixed: coordinates relative to `centre` (the group's).
+  void gather(const InteractionList& l, const TreeNodes& t, const SourceView& p, bool quadrupole,
+              std::int64_t ex_begin, std::int64_t ex_end, Precision precision, const double centre[3]);
+  std::size_t n_particles() const { return pidx.size(); }
+  std::size_t n_cells() const { return mixed ? f.cm.size() : d.cm.size(); }
+  ListView<double> view_d() const { return view(d); }
+  ListView<float> view_f() const { return view(f); }
+
+ private:
+  template <class T>
+  ListView<T> view(const ListArrays<T>& a) const {
+    return {a.px.data(), a.py.data(), a.pz.data(), a.pm.data(), pidx.data(), pidx.size(), n_masked,
+            a.cx.data(), a.cy.data(), a.cz.data(), a.cm.data(), a.qxx.data(), a.qxy.data(),
+            a.qxz.data(), a.qyy.data(), a.qyz.data(), a.qzz.data(), a.qtr.data(), a.cm.size()};
+  }
+};
+
+/// The group's i-particles and their results, structure-of-arrays padded to kTreeIPad.
+/// Double: x/y/z absolute; mixed: xf/yf/zf relative to the group centre.
+struct GroupSinks {
+  std::vector<double> x, y, z;
+  std::vector<float> xf, yf, zf;
+  std::vector<std::int64_t> exclude;  // sorted j index to leave out, or -1
+  std::vector<double> ax, ay, az, pot;
+  SinkView<double> view_d() const { return {x.data(), y.data(), z.data(), exclude.data()}; }
+  SinkView<float> view_f() const { return {xf.data(), yf.data(), zf.data(), exclude.data()}; }
+};
+constexpr std::size_t kTreeIPad = 8;
+
+/// n_i is a multiple of kTreeIPad; the sinks' results are overwritten (unscaled by G; pot
+/// positive, sum m/r).
+void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2,
+                    bool quadrupole, Isa isa);
+
+// ---- the tree ------------------------------------------------------------------------------
+
+/// A tree over one set of source particles. Throws InputError for bad parameters.
+class Tree {
+ public:
+  Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params);
+
+  /// Self-gravity of the tree's own particles (self excluded), in the caller's order.
+  /// acc 3n, pot n. Uses and then updates the old |a| for the relative criterion.
+  void self_forces(Span<double> acc, Span<double> pot);
+  /// Forces of the tree's particles on arbitrary points pos_i (3 n_i); exclude (n_i or
+  /// empty): the caller's index of one source particle to leave out per point, or -1.
+  void forces_at(Span<const double> pos_i, Span<const std::int64_t> exclude, Span<double> acc,
+                 Span<double> pot);
+
+  /// |a| from an earlier step (n, caller order) for the relative opening criterion.
+  void set_old_accelerations(Span<const double> a_abs);
+
+  const TreeStats& stats() const { return stats_; }
+  const TreeParams& params() const { return params_; }
+  std::size_t size() const { return m_.size(); }
+  const TreeNodes& nodes() const { return nodes_; }
+
+ private:
+  SourceView view() const { return {{x_.data(), x_.size()}, {y_.data(), y_.size()},
+                                     {z_.data(), z_.size()}, {m_.data(), m_.size()}}; }
+  /// Evaluate groups over i-particles given in i order (sorted index -> caller index in
+  /// i_caller), writing caller-ordered results.
+  void run_groups(const std::vector<Group>& groups, const SourceView& sinks,
+                  Span<const std::int64_t> i_exclude, Span<const std::int64_t> i_caller,
+                  Span<double> acc, Span<double> pot);
+
+  TreeParams params_;
+  int threads_;
+  Isa isa_;
+  KeyFrame frame_;
+  std::vector<std::int64_t> order_;   // curve position -> caller index
+  std::vector<std::int64_t> rank_;    // caller index -> curve position
+  std::vector<double> x_, y_, z_, m_;  // sources in curve order
+  std::vector<double> a_old_;         // |a| of the last self_forces, curve order
+  TreeNodes nodes_;
+  std::vector<std::int32_t> groups_;
+  TreeStats stats_;
+};
+
+/// The tree behind the ForceProvider interface: set_j builds a new tree; forces() on the
+/// j-set itself with exclude = own index is self-gravity (what the leapfrog asks for).
+class TreeForceProvider final : public ForceProvider {
+ public:
+  explicit TreeForceProvider(const TreeParams& params);
+  void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) override;
+  void update_j(Span<const double> pos, Span<const double> vel) override;
+  void forces(const ForceRequest& req) override;
+  PipelineStats stats() const override { return stats_; }
+  const TreeStats& tree_stats() const { return last_; }
+
+ private:
+  TreeParams params_;
+  std::vector<double> pos_, mass_;
+  std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
+  std::unique_ptr<Tree> tree_;
+  PipelineStats stats_;
+  TreeStats last_;
+};
+
+}  // namespace gravpipe

@@ -1,0 +1,285 @@
+"""The Barnes-Hut treecode against the independent float64 direct sum (tests/reference.py)."""
+
+import numpy as np
+import pytest
+from reference import direct_sum_f64
+
+import gravpipe as gp
+
+
+def plummer(n, seed):
+    p = gp.ic.plummer(n, seed=seed)
+    return np.array(p.pos), np.array(p.mass)
+
+
+def rel_errors(acc, ref):
+    return np.linalg.norm(acc - ref, axis=1) / np.linalg.norm(ref, axis=1)
+
+
+def sampled_reference(pos, mass, eps, n_sample=600, seed=0):
+    """Direct-sum acc/pot on a random sample of the particles (self excluded)."""
+    sel = np.sort(np.random.default_rng(seed).choice(len(mass), min(n_sample, len(mass)), replace=False))
+    acc, pot, _ = direct_sum_f64(pos, mass, pos[sel], eps=eps, exclude=sel)
+    return sel, acc, pot
+
+
+@pytest.fixture(scope="module")
+def plummer_case():
+    pos, mass = plummer(12000, 11)
+    eps = 1 / 64
+    return pos, mass, eps, sampled_reference(pos, mass, eps)
+
+
+def median_error(case, theta, quadrupole):
+    pos, mass, eps, (sel, ra, _) = case
+    acc, _ = gp.Tree(pos, mass, eps, theta=theta, quadrupole=quadrupole).forces()
+    return float(np.median(rel_errors(acc[sel], ra)))
+
+
+@pytest.mark.parametrize("quadrupole", [True, False])
+def test_error_falls_monotonically_with_theta(plummer_case, quadrupole):
+    errors = [median_error(plummer_case, th, quadrupole) for th in (1.0, 0.8, 0.6, 0.4, 0.3, 0.2)]
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+
+
+@pytest.mark.parametrize("theta", [0.4, 0.6, 0.8])
+def test_quadrupole_reduces_error(plummer_case, theta):
+    mono = median_error(plummer_case, theta, False)
+    quad = median_error(plummer_case, theta, True)
+    assert quad < 0.6 * mono, (mono, quad)
+
+
+def test_small_theta_matches_direct_sum(plummer_case):
+    pos, mass, eps, (sel, ra, rp) = plummer_case
+    acc, pot = gp.Tree(pos, mass, eps, theta=0.2).forces()
+    e = rel_errors(acc[sel], ra)
+    assert np.median(e) < 1e-5 and e.max() < 2e-4, (np.median(e), e.max())
+    assert np.max(np.abs(pot[sel] - rp) / np.abs(rp)) < 1e-5
+
+
+def test_default_accuracy_figure(plummer_case):
+    """The documented default (theta = 0.5, quadrupoles) on a Plummer sphere."""
+    pos, mass, eps, (sel, ra, _) = plummer_case
+    acc, _ = gp.Tree(pos, mass, eps).forces()
+    e = rel_errors(acc[sel], ra)
+    assert np.median(e) < 3e-4 and np.percentile(e, 99) < 1.5e-3
+
+
+def test_opening_everything_is_the_direct_sum():
+    """A tiny theta opens every cell: the tree then sums the same pairs as direct summation."""
+    pos, mass = plummer(700, 5)
+    ra, rp, _ = direct_sum_f64(pos, mass, pos, eps=0.01, exclude=np.arange(len(mass)))
+    for precision, bound in (("double", 1e-12), ("mixed", 1e-5)):
+        acc, pot = gp.Tree(pos, mass, 0.01, theta=1e-6, n_leaf=4, n_crit=16, precision=precision).forces()
+        assert np.max(rel_errors(acc, ra)) < bound
+        assert np.max(np.abs(pot - rp) / np.abs(rp)) < bound
+
+
+def check_against_direct(pos, mass, eps, theta=0.5, bound=2e-3, **kw):
+    acc, pot = gp.Tree(pos, mass, eps, theta=theta, **kw).forces()
+    ra, rp, _ = direct_sum_f64(pos, mass, pos, eps=eps, exclude=np.arange(len(mass)))
+    assert np.all(np.isfinite(acc)) and np.all(np.isfinite(pot))
+    # errors relative to the RMS acceleration: in a uniform plane or line the net force
+    # near the centre tends to zero, where a per-particle ratio measures nothing useful
+    scale = np.sqrt(np.mean(np.sum(ra * ra, axis=1))) if len(mass) > 1 else 1.0
+    err = np.linalg.norm(acc - ra, axis=1) / max(scale, 1e-300)
+    assert np.percentile(err, 99) < bound, np.percentile(err, 99)
+    assert np.max(np.abs(pot - rp) / np.abs(rp)) < bound
+    return acc, pot
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_few_particles(n):
+    rng = np.random.default_rng(n)
+    pos, mass = rng.normal(size=(n, 3)), rng.uniform(0.5, 1.0, n)
+    check_against_direct(pos, mass, 0.0, bound=1e-13, precision="double")
+    check_against_direct(pos, mass, 0.0, bound=1e-5, precision="mixed")
+
+
+def test_single_particle_feels_nothing():
+    acc, pot = gp.Tree([[1.0, 2.0, 3.0]], [1.0]).forces()
+    assert np.all(acc == 0) and np.all(pot == 0)
+
+
+def test_identical_coordinates():
+    """Hundreds of particles on one point: the depth limit stops the split."""
+    rng = np.random.default_rng(3)
+    pos = np.vstack([np.tile([0.3, -0.2, 0.1], (800, 1)), rng.normal(size=(400, 3))])
+    mass = np.full(len(pos), 1 / len(pos))
+    tree = gp.Tree(pos, mass, 0.05, n_leaf=8)
+    assert tree.stats.nodes < 10 * len(pos)
+    # the 800 coincident particles feel only the 400 others (their own pulls cancel
+    # exactly): one small net force, approximated to ~4e-3 at theta = 0.5
+    check_against_direct(pos, mass, 0.05, bound=1e-2)
+
+
+def test_far_particle_dynamic_range():
+    rng = np.random.default_rng(4)
+    pos = np.vstack([rng.normal(size=(2000, 3)), [[1e6, 0.0, 0.0]]])
+    mass = np.full(len(pos), 1 / len(pos))
+    acc, _ = check_against_direct(pos, mass, 0.01)
+    assert acc[-1, 0] < 0  # pulled back towards the cluster
+
+
+@pytest.mark.parametrize("shape", ["plane", "line"])
+def test_degenerate_geometry(shape):
+    rng = np.random.default_rng(5)
+    pos = rng.uniform(-1, 1, size=(3000, 3))
+    pos[:, 2] = 0.0
+    if shape == "line":
+        pos[:, 1] = 0.0
+    mass = rng.uniform(0.5, 1.5, len(pos)) / len(pos)
+    check_against_direct(pos, mass, 0.01)
+
+
+def test_translation_and_scale():
+    pos, mass = plummer(3000, 6)
+    a0, _ = gp.Tree(pos, mass, 0.01).forces()
+    a1, _ = gp.Tree(pos + 1e4, mass, 0.01).forces()
+    assert np.median(rel_errors(a1, a0)) < 1e-7
+
+
+@pytest.mark.parametrize("precision", ["mixed", "double"])
+def test_identical_for_any_thread_count(precision):
+    pos, mass = plummer(15000, 7)
+    a1, p1 = gp.Tree(pos, mass, 0.01, threads=1, precision=precision).forces()
+    a2, p2 = gp.Tree(pos, mass, 0.01, threads=2, precision=precision).forces()
+    assert np.array_equal(a1, a2) and np.array_equal(p1, p2)
+
+
+@pytest.mark.parametrize("theta", [0.3, 0.7])
+def test_mixed_precision_adds_little_error(plummer_case, theta):
+    pos, mass, eps, (sel, ra, _) = plummer_case
+    am, _ = gp.Tree(pos, mass, eps, theta=theta, precision="mixed").forces()
+    ad, _ = gp.Tree(pos, mass, eps, theta=theta, precision="double").forces()
+    assert np.median(rel_errors(am, ad)) < 2e-6
+    assert abs(np.median(rel_errors(am[sel], ra)) / np.median(rel_errors(ad[sel], ra)) - 1) < 0.05
+
+
+def test_results_in_caller_order():
+    pos, mass = plummer(2000, 8)
+    perm = np.random.default_rng(0).permutation(len(mass))
+    a, p = gp.Tree(pos, mass, 0.01).forces()
+    ap, pp = gp.Tree(pos[perm], mass[perm], 0.01).forces()
+    np.testing.assert_allclose(ap, a[perm], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pp, p[perm], rtol=1e-12)
+
+
+def test_field_at_other_points_and_exclude():
+    pos, mass = plummer(4000, 9)
+    rng = np.random.default_rng(1)
+    pts = rng.normal(scale=2.0, size=(500, 3))
+    tree = gp.Tree(pos, mass, 0.02, theta=0.3)
+    acc, pot = tree.forces(pts)
+    ra, rp, _ = direct_sum_f64(pos, mass, pts, eps=0.02)
+    assert np.median(rel_errors(acc, ra)) < 1e-4
+    # the tree's own particles as points, each excluding itself: the same as self-gravity
+    sub = rng.choice(len(mass), 300, replace=False)
+    a_sub, _ = tree.forces(pos[sub], exclude=sub)
+    ra, _, _ = direct_sum_f64(pos, mass, pos[sub], eps=0.02, exclude=sub)
+    assert np.median(rel_errors(a_sub, ra)) < 1e-4
+
+
+def test_relative_criterion_bounds_the_error():
+    pos, mass = plummer(6000, 10)
+    sel, ra, _ = sampled_reference(pos, mass, 0.01)
+    tree = gp.Tree(pos, mass, 0.01, theta=1.0, alpha=0.0005)
+    first, _ = tree.forces()          # no old accelerations yet: geometric MAC only
+    assert not tree.stats.relative_criterion_used
+    second, _ = tree.forces()
+    assert tree.stats.relative_criterion_used
+    e1, e2 = rel_errors(first[sel], ra), rel_errors(second[sel], ra)
+    assert np.percentile(e2, 99) < 0.5 * np.percentile(e1, 99)
+
+
+def test_counters():
+    pos, mass = plummer(5000, 12)
+    tree = gp.Tree(pos, mass, 0.01, theta=0.6)
+    tree.forces()
+    s = tree.stats
+    assert s.n_i == s.n_j == 5000
+    assert 0 < s.pp_per_body < 5000 and 0 < s.pc_per_body < 5000 and s.mac_per_body > 1
+    assert s.nodes > s.leaves > 0 and s.groups > 0
+    assert all(getattr(s, f) >= 0 for f in ("seconds_sort", "seconds_build", "seconds_moments",
+                                              "seconds_walk", "seconds_evaluate"))
+    assert s.seconds_total > 0
+
+
+def test_accel_method_tree():
+    pos, mass = plummer(2000, 13)
+    a_tree, _ = gp.accel(pos, mass, 0.01, method="tree", theta=0.3)
+    a_dir, _ = gp.accel(pos, mass, 0.01, precision="double")
+    assert np.median(rel_errors(a_tree, a_dir)) < 1e-4
+    with pytest.raises(ValueError, match="method"):
+        gp.accel(pos, mass, method="fmm")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(pos=[[np.nan, 0, 0]], mass=[1.0]), "pos"),
+    (dict(pos=np.zeros((3, 2)), mass=np.ones(3)), "shape"),
+    (dict(pos=np.zeros((3, 3)), mass=np.ones(2)), "mismatched"),
+    (dict(pos=np.zeros((0, 3)), mass=np.ones(0)), "empty"),
+    (dict(pos=np.zeros((2, 3)), mass=[1.0, -1.0]), "negative"),
+    (dict(pos=np.eye(3), mass=np.ones(3), eps=-1.0), "eps"),
+    (dict(pos=np.eye(3), mass=np.ones(3), theta=0.0), "theta"),
+    (dict(pos=np.eye(3), mass=np.ones(3), theta=np.inf), "theta"),
+    (dict(pos=np.eye(3), mass=np.ones(3), n_leaf=0), "n_leaf"),
+    (dict(pos=np.eye(3), mass=np.ones(3), n_crit=0), "n_crit"),
+    (dict(pos=np.eye(3), mass=np.ones(3), n_crit=2.5), "n_crit"),
+    (dict(pos=np.eye(3), mass=np.ones(3), alpha=-1.0), "alpha"),
+    (dict(pos=np.eye(3), mass=np.ones(3), threads=0), "threads"),
+    (dict(pos=np.eye(3), mass=np.ones(3), G=0.0), "G"),
+    (dict(pos=np.eye(3), mass=np.ones(3), precision="half"), "precision"),
+])
+def test_bad_input(kwargs, match):
+    pos, mass = kwargs.pop("pos"), kwargs.pop("mass")
+    with pytest.raises(ValueError, match=match):
+        gp.Tree(pos, mass, **kwargs)
+
+
+def test_bad_forces_arguments():
+    tree = gp.Tree(np.eye(3), np.ones(3))
+    with pytest.raises(ValueError, match="pos_i"):
+        tree.forces(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="exclude"):
+        tree.forces(np.zeros((2, 3)), exclude=[0, 3])
+    with pytest.raises(ValueError, match="non-finite"):
+        tree.forces(np.eye(3)[:1])  # on a particle, eps = 0
+
+
+def test_simulation_with_tree_gravity_conserves_energy():
+    p = gp.ic.plummer(1024, seed=14)
+    tree = gp.Simulation(p, gravity="tree", integrator="leapfrog", dt=1 / 128, eps=1 / 32, theta=0.5)
+    direct = gp.Simulation(p, gravity="direct", integrator="leapfrog", dt=1 / 128, eps=1 / 32, precision="double")
+    tree.evolve(1.0, progress=False)
+    direct.evolve(1.0, progress=False)
+    assert abs(tree.energy_error()) < 1e-4
+    # the trajectories agree to the level set by the force error
+    d = np.linalg.norm(tree.particles.pos - direct.particles.pos, axis=1)
+    assert np.median(d) < 1e-4
+    assert tree.timings.interactions > 0
+
+
+def test_simulation_tree_resume_is_bit_identical(tmp_path):
+    p = gp.ic.plummer(512, seed=15)
+    kw = dict(gravity="tree", integrator="leapfrog", dt=1 / 64, eps=1 / 32, theta=0.7)
+    full = gp.Simulation(p, **kw)
+    full.evolve(0.5, progress=False)
+    part = gp.Simulation(p, **kw)
+    part.evolve(0.25, checkpoint_every=0.25, out=tmp_path, progress=False)
+    resumed = gp.Simulation.resume(tmp_path)
+    assert resumed.config.theta == 0.7
+    resumed.evolve(0.5, progress=False)
+    assert np.array_equal(resumed.particles.pos, full.particles.pos)
+
+
+def test_simulation_tree_rejects_hermite_and_stray_theta():
+    p = gp.ic.plummer(64, seed=16)
+    with pytest.raises(ValueError, match="leapfrog"):
+        gp.Simulation(p, gravity="tree", integrator="hermite")
+    with pytest.raises(ValueError, match="theta"):
+        gp.Simulation(p, gravity="direct", integrator="leapfrog", theta=0.5)
+    with pytest.raises(ValueError, match="theta"):
+        gp.Simulation(p, gravity="tree", integrator="leapfrog", theta=-1.0)
+    with pytest.raises(ValueError, match="gravity"):
+        gp.Simulation(p, gravity="fmm")
