@@ -25,11 +25,11 @@ auto span_of(const A& a) {
   return Span<std::remove_pointer_t<decltype(a.data())>>(a.data(), a.size());
 }
 
-TreeParams params_from(double eps, double G, double theta, bool quadrupole, int n_leaf, int n_crit,
-                       double alpha, int threads, const std::string& precision) {
+TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
+                       int n_crit, double alpha, int threads, const std::string& precision) {
   TreeParams p;
   p.precision = parse_precision(precision);
-  p.eps = eps, p.G = G, p.theta = theta, p.quadrupole = quadrupole;
+  p.eps = eps, p.G = G, p.theta = theta, p.quadrupole = quadrupole, p.quad_tol = quad_tol;
   p.n_leaf = n_leaf, p.n_crit = n_crit, p.alpha = alpha, p.threads = threads;
   return p;
 }
@@ -60,14 +60,15 @@ void bind_tree(nb::module_& m) {
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
-              int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
-             const TreeParams p = params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads, precision);
+              double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
+             const TreeParams p =
+                 params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads, precision);
              nb::gil_scoped_release release;
              new (self) Tree(span_of(pos), span_of(mass), p);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
-           nb::arg("quadrupole"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("alpha"),
-           nb::arg("threads"), nb::arg("precision"))
+           nb::arg("quadrupole"), nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"),
+           nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"))
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())
@@ -83,12 +84,13 @@ void bind_tree(nb::module_& m) {
 
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",
-           [](TreeForceProvider* self, double eps, double G, double theta, bool quadrupole, int n_leaf,
-              int n_crit, double alpha, int threads, const std::string& precision) {
+           [](TreeForceProvider* self, double eps, double G, double theta, bool quadrupole, double quad_tol,
+              int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
              new (self) TreeForceProvider(
-                 params_from(eps, G, theta, quadrupole, n_leaf, n_crit, alpha, threads, precision));
+                 params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads, precision));
            },
-           nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"), nb::arg("n_leaf"),
+           nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"),
            nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"))
       .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); });
 }

@@ -30,9 +30,9 @@ def plummer_case():
     return pos, mass, eps, sampled_reference(pos, mass, eps)
 
 
-def median_error(case, theta, quadrupole):
+def median_error(case, theta, quadrupole, **kw):
     pos, mass, eps, (sel, ra, _) = case
-    acc, _ = gp.Tree(pos, mass, eps, theta=theta, quadrupole=quadrupole).forces()
+    acc, _ = gp.Tree(pos, mass, eps, theta=theta, quadrupole=quadrupole, **kw).forces()
     return float(np.median(rel_errors(acc[sel], ra)))
 
 
@@ -44,9 +44,29 @@ def test_error_falls_monotonically_with_theta(plummer_case, quadrupole):
 
 @pytest.mark.parametrize("theta", [0.4, 0.6, 0.8])
 def test_quadrupole_reduces_error(plummer_case, theta):
+    """Quadrupoles on every accepted cell: the expansion's second order is right."""
     mono = median_error(plummer_case, theta, False)
     quad = median_error(plummer_case, theta, True)
-    assert quad < 0.6 * mono, (mono, quad)
+    assert quad < 0.4 * mono, (mono, quad)
+
+
+def test_quad_tol_trade_on_an_isotropic_system(plummer_case):
+    """The opt-in: monopoles for weakly anisotropic cells, error within a small factor."""
+    full = median_error(plummer_case, 0.5, True)
+    fast = median_error(plummer_case, 0.5, True, quad_tol=0.4)
+    assert full < fast < 4 * full < median_error(plummer_case, 0.5, False), (full, fast)
+
+
+def test_error_falls_as_quad_tol_falls(plummer_case):
+    """Cells under quad_tol lose their quadrupole term: a smaller tolerance, fewer such cells."""
+    errors = [median_error(plummer_case, 0.5, True, quad_tol=q) for q in (4, 0.4, 0.04, 0)]
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+
+
+@pytest.mark.parametrize("quad_tol", [-1e-3, float("nan"), float("inf"), "far", True])
+def test_bad_quad_tol(quad_tol):
+    with pytest.raises(ValueError, match="quad_tol"):
+        gp.Tree([[0.0, 0, 0], [1, 0, 0]], [1.0, 1.0], quad_tol=quad_tol)
 
 
 def test_small_theta_matches_direct_sum(plummer_case):

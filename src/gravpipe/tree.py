@@ -45,6 +45,8 @@ __all__ = ["Tree", "TreeStats", "check_tree_params"]
 
 DEFAULT_N_LEAF = 16
 DEFAULT_N_CRIT = 256
+DEFAULT_THETA = 0.5
+DEFAULT_QUAD_TOL = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,11 @@ class TreeStats:
         return "\n".join(rows)
 
 
+def check_quad_tol(quad_tol: float) -> float:
+    """Validate quad_tol: a finite number >= 0 (0: quadrupoles on every accepted cell)."""
+    return check_positive_scalar("quad_tol", quad_tol)
+
+
 def check_tree_params(theta: float, n_leaf: int, n_crit: int, alpha: float | None,
                       threads: int | None) -> tuple[float, int, int, float, int]:
     """Validate tree parameters; returns (theta, n_leaf, n_crit, alpha (0: off), threads (0: all))."""
@@ -139,7 +146,15 @@ class Tree:
     eps : Plummer softening length (>= 0), applied exactly as in direct summation.
     G : gravitational constant (1 in N-body units).
     theta : opening angle (> 0); smaller is more accurate and slower.
-    quadrupole : include cell quadrupoles (about 4x smaller errors at equal theta).
+    quadrupole : include cell quadrupoles (several times smaller errors at equal theta).
+    quad_tol : an accepted cell contributes its monopole alone when its quadrupole term,
+        relative to its monopole term at the group's distance d, is below
+        ``quad_tol * theta**3`` (the scale of the expansion's own truncation error at the
+        opening radius): |Q|_F / (M d^2) <= quad_tol theta^3. 0 (default): quadrupoles on
+        every accepted cell. A monopole costs a third of a quadrupole term: on a Plummer
+        sphere, quad_tol = 0.4 makes an evaluation ~1.8x faster for ~1.8x the median error
+        (BENCHMARKS.md). The dropped terms add up coherently in flattened or elongated
+        systems (discs, filaments: errors of percents), so keep 0 for those.
     n_leaf : leaf capacity; n_crit : particles per group sharing one interaction list.
     alpha : optional relative opening criterion (GADGET); used from the second ``forces()``.
     threads : OpenMP threads (None: all). Results do not depend on it, bit for bit.
@@ -149,7 +164,8 @@ class Tree:
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
-                 theta: float = 0.5, quadrupole: bool = True, n_leaf: int = DEFAULT_N_LEAF,
+                 theta: float = DEFAULT_THETA, quadrupole: bool = True,
+                 quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
                  precision: str = "mixed"):
         pos_a = as_float_array("pos", pos, (None, 3))
@@ -163,11 +179,13 @@ class Tree:
         eps = check_positive_scalar("eps", eps)
         G = _check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
+        quad_tol = check_quad_tol(quad_tol)
         self.theta, self.quadrupole, self.n_leaf, self.n_crit, self.alpha = theta, bool(quadrupole), n_leaf, n_crit, alpha
+        self.quad_tol = quad_tol
         self.eps, self.G = eps, G
         self.precision = _check_precision(precision)
-        self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads,
-                                precision)
+        self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
+                                nthreads, precision)
 
     @property
     def n(self) -> int:
@@ -175,7 +193,8 @@ class Tree:
 
     def __repr__(self) -> str:
         return (f"Tree(n={self.n}, eps={self.eps}, G={self.G}, theta={self.theta}, quadrupole={self.quadrupole}, "
-                f"n_leaf={self.n_leaf}, n_crit={self.n_crit}, alpha={self.alpha})")
+                f"quad_tol={self.quad_tol}, n_leaf={self.n_leaf}, n_crit={self.n_crit}, "
+                f"alpha={self.alpha})")
 
     def forces(self, pos_i: ArrayLike | None = None, exclude: ArrayLike | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -231,15 +250,17 @@ class TreeGravity:
 
     backend = "cpu"
 
-    def __init__(self, eps: float, G: float, *, theta: float = 0.5, quadrupole: bool = True,
-                 n_leaf: int = DEFAULT_N_LEAF, n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
+    def __init__(self, eps: float, G: float, *, theta: float = DEFAULT_THETA, quadrupole: bool = True,
+                 quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
+                 n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
                  threads: int | None = None, precision: str = "mixed"):
         eps = check_positive_scalar("eps", eps)
         G = _check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta = theta
-        self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), n_leaf, n_crit, a, nthreads,
-                                             _check_precision(precision))
+        quad_tol = check_quad_tol(quad_tol)
+        self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
+                                             nthreads, _check_precision(precision))
         self.threads: int = nthreads or _core.max_threads()
         self.isa: str = _core.available_isas()[0]
         self.backend_detail = f"treecode theta={theta}, isa={self.isa}, threads={self.threads}"

@@ -35,6 +35,14 @@ struct TreeParams {
   double G = 1;
   double theta = 0.5;       // Barnes-Hut opening angle, > 0
   bool quadrupole = true;
+  /// An accepted cell contributes its monopole alone when its quadrupole term, relative
+  /// to its monopole term at the group's distance d, is below quad_tol theta^3 (the scale
+  /// of the expansion's truncation error at the opening radius): |Q|_F / (M d^2) <=
+  /// quad_tol theta^3. A monopole costs a third of a quadrupole term; the test measures the
+  /// cell's own anisotropy. The dropped terms add coherently in flattened or elongated
+  /// systems (discs, filaments), so this is an opt-in for near-isotropic ones.
+  /// >= 0; 0 (default): quadrupoles on every accepted cell.
+  double quad_tol = 0;
   int n_leaf = 16;          // leaf capacity (cells of <= n_leaf particles are not split)
   int n_crit = 256;         // group size: cells of <= n_crit particles share one list
   double alpha = 0;         // relative (GADGET) criterion when > 0 and old |a| exist
@@ -77,6 +85,17 @@ std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threa
 
 // ---- octree (tree_build.cpp) -------------------------------------------------------------
 
+/// What the walk reads of one cell, in one cache line: the walk visits cells in scattered
+/// order, and with one array per field every MAC test would miss the cache once per field.
+struct alignas(64) WalkCell {
+  double cx = 0, cy = 0, cz = 0;  // centre of mass
+  double r_open2 = 0;             // (size/theta + delta)^2
+  double mono_d2 = 0;             // d^2 beyond which the monopole suffices (quad_tol)
+  std::int64_t begin = 0, end = 0;
+  std::int32_t first_child = -1;
+  std::int32_t n_children = 0;
+};
+
 /// Cells as structure-of-arrays. Children of a cell are contiguous and come after it, so a
 /// reverse sweep over the index visits children before parents.
 struct TreeNodes {
@@ -92,6 +111,7 @@ struct TreeNodes {
   // traceless quadrupole about the com, Q = sum m (3 y y^T - |y|^2 I), and its trace
   // part T = sum m |y|^2, which the softened expansion needs (tree_evaluate.cpp)
   std::vector<double> qxx, qxy, qxz, qyy, qyz, qzz, qtr;
+  std::vector<WalkCell> walk;  // copies of the fields above that the walk reads
   std::size_t count() const { return begin.size(); }
   bool is_leaf(std::size_t c) const { return first_child[c] < 0; }
 };
@@ -100,8 +120,8 @@ struct TreeNodes {
 /// split into its non-empty octants.
 TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
 
-/// Fill the moments of every cell from the particles (in curve order).
-void compute_moments(TreeNodes& t, const SourceView& p, double theta, int threads);
+/// Fill the moments of every cell from the particles (in curve order), and `walk`.
+void compute_moments(TreeNodes& t, const SourceView& p, double theta, double quad_tol, int threads);
 
 // ---- groups, MAC and interaction lists (tree_walk.cpp) -----------------------------------
 
@@ -118,15 +138,24 @@ struct Group {
 /// Self-gravity groups: the highest cells with <= n_crit particles (or leaves).
 std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit);
 
+/// One group's list. The cell buffers are sized to the tree once and reused: the walk
+/// writes every tested cell to both and advances their counts without branching.
 struct InteractionList {
-  std::vector<std::int32_t> cells;                        // accepted cells
+  std::vector<std::int32_t> near_buf, far_buf;
+  std::size_t n_near = 0, n_far = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;  // particle ranges of opened leaves
   std::uint64_t mac_tests = 0;
+  /// Accepted cells that take the multipole expansion.
+  Span<const std::int32_t> cells() const { return {near_buf.data(), n_near}; }
+  /// Accepted cells whose monopole suffices (WalkCell::mono_d2), and every accepted cell
+  /// without quadrupoles.
+  Span<const std::int32_t> far_cells() const { return {far_buf.data(), n_far}; }
 };
 
 struct MacParams {
   double G = 1;
   double alpha = 0;  // > 0 with g.a_min > 0: also open if G M l^2 / d^4 > alpha a_min
+  bool quadrupole = true;  // false: every accepted cell goes to far_cells
 };
 
 /// Walk the tree for one group: a cell is accepted when it holds no excluded particle of
@@ -136,13 +165,26 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
 
 // ---- evaluation (tree_evaluate.cpp) ------------------------------------------------------
 
+/// One list entry as the kernels broadcast it: a particle (or, without quadrupoles, a
+/// cell's monopole, which is the same pseudo-particle) and a cell with its quadrupole.
+/// Records rather than one array per field: an entry is one or two cache-line reads.
+template <class T>
+struct ListParticle {
+  T x, y, z, m;
+};
+template <class T>
+struct ListCell {
+  T x, y, z, m;
+  T qxx, qxy, qxz, qyy, qyz, qzz, qtr, pad;
+};
+
 /// Raw views of a list or of sinks in one precision, for the kernels.
 template <class T>
 struct ListView {
-  const T *px, *py, *pz, *pm;
-  const std::int64_t* pidx;
+  const ListParticle<T>* p;
+  const std::int64_t* pidx;    // sorted index of the first n_masked particles
   std::size_t np, n_masked;
-  const T *cx, *cy, *cz, *cm, *qxx, *qxy, *qxz, *qyy, *qyz, *qzz, *qtr;
+  const ListCell<T>* c;        // cells with quadrupoles (none without)
   std::size_t nc;
 };
 template <class T>
@@ -156,31 +198,31 @@ struct SinkView {
 /// the group centre, float32 moments.
 template <class T>
 struct ListArrays {
-  std::vector<T> px, py, pz, pm;
-  std::vector<T> cx, cy, cz, cm, qxx, qxy, qxz, qyy, qyz, qzz, qtr;
+  std::vector<ListParticle<T>> p;
+  std::vector<ListCell<T>> c;
 };
 
 struct GatheredList {
   ListArrays<double> d;
   ListArrays<float> f;
-  std::vector<std::int64_t> pidx;  // sorted index of each particle (for exclusion)
+  std::vector<std::int64_t> pidx;  // sorted index of each masked particle (for exclusion)
   std::size_t n_masked = 0;        // the first n_masked particles may hold excluded ones
+  std::size_t n_source_particles = 0, n_source_cells = 0;  // what the list holds
   bool mixed = false;
   /// Copy the list's particles and cells; ranges meeting [ex_begin, ex_end) go first.
+  /// Without quadrupoles the cells join the particle stream as pseudo-particles.
   /// Mixed: coordinates relative to `centre` (the group's).
   void gather(const InteractionList& l, const TreeNodes& t, const SourceView& p, bool quadrupole,
               std::int64_t ex_begin, std::int64_t ex_end, Precision precision, const double centre[3]);
-  std::size_t n_particles() const { return pidx.size(); }
-  std::size_t n_cells() const { return mixed ? f.cm.size() : d.cm.size(); }
+  std::size_t n_particles() const { return n_source_particles; }
+  std::size_t n_cells() const { return n_source_cells; }
   ListView<double> view_d() const { return view(d); }
   ListView<float> view_f() const { return view(f); }
 
  private:
   template <class T>
   ListView<T> view(const ListArrays<T>& a) const {
-    return {a.px.data(), a.py.data(), a.pz.data(), a.pm.data(), pidx.data(), pidx.size(), n_masked,
-            a.cx.data(), a.cy.data(), a.cz.data(), a.cm.data(), a.qxx.data(), a.qxy.data(),
-            a.qxz.data(), a.qyy.data(), a.qyz.data(), a.qzz.data(), a.qtr.data(), a.cm.size()};
+    return {a.p.data(), pidx.data(), a.p.size(), n_masked, a.c.data(), a.c.size()};
   }
 };
 
@@ -194,12 +236,13 @@ struct GroupSinks {
   SinkView<double> view_d() const { return {x.data(), y.data(), z.data(), exclude.data()}; }
   SinkView<float> view_f() const { return {xf.data(), yf.data(), zf.data(), exclude.data()}; }
 };
+/// Sinks are padded to whole SIMD vectors; the kernels take them in blocks of two vectors
+/// and finish an odd vector alone, so padding never exceeds one vector.
 constexpr std::size_t kTreeIPad = 8;
 
 /// n_i is a multiple of kTreeIPad; the sinks' results are overwritten (unscaled by G; pot
 /// positive, sum m/r).
-void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2,
-                    bool quadrupole, Isa isa);
+void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa);
 
 // ---- the tree ------------------------------------------------------------------------------
 

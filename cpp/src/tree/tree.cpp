@@ -22,6 +22,7 @@ void check_params(const TreeParams& p) {
   if (!finite_nonneg(p.eps)) throw InputError("eps: must be finite and >= 0");
   if (!(std::isfinite(p.G) && p.G > 0)) throw InputError("G: must be finite and > 0");
   if (!(std::isfinite(p.theta) && p.theta > 0)) throw InputError("theta: must be finite and > 0");
+  if (!(std::isfinite(p.quad_tol) && p.quad_tol >= 0)) throw InputError("quad_tol: must be finite and >= 0");
   if (p.n_leaf < 1) throw InputError("n_leaf: must be >= 1");
   if (p.n_crit < 1) throw InputError("n_crit: must be >= 1");
   if (!finite_nonneg(p.alpha)) throw InputError("alpha: must be finite and >= 0");
@@ -66,7 +67,7 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   stats_.seconds_build = seconds_since(t0);
 
   t0 = Clock::now();
-  compute_moments(nodes_, view(), params_.theta, threads_);
+  compute_moments(nodes_, view(), params_.theta, params_.quad_tol, threads_);
   stats_.seconds_moments = seconds_since(t0);
 
   stats_.n_j = n;
@@ -157,7 +158,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
                       Span<const std::int64_t> i_exclude, Span<const std::int64_t> i_caller,
                       Span<double> acc, Span<double> pot) {
   const auto t_start = Clock::now();
-  const MacParams mac{params_.G, params_.alpha};
+  const MacParams mac{params_.G, params_.alpha, params_.quadrupole};
   const double eps2 = params_.eps * params_.eps, G = params_.G;
   const SourceView src = view();
   const bool mixed = params_.precision == Precision::Mixed;
@@ -195,7 +196,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
         }
         s.exclude[q] = q < n ? i_exclude[i] : -1;
       }
-      evaluate_group(w.gathered, s, padded, eps2, params_.quadrupole, isa_);
+      evaluate_group(w.gathered, s, padded, eps2, isa_);
       for (std::size_t q = 0; q < n; ++q) {
         const std::int64_t o = i_caller[g.i_begin + q];
         acc[3 * o] = G * s.ax[q], acc[3 * o + 1] = G * s.ay[q], acc[3 * o + 2] = G * s.az[q];

@@ -8,60 +8,66 @@
 namespace gravpipe {
 
 namespace {
+/// Write particles [b, e) to out[0, e - b), coordinates less `o` (0 for double), in T.
 template <class T>
-void clear_arrays(ListArrays<T>& a) {
-  for (auto* v : {&a.px, &a.py, &a.pz, &a.pm, &a.cx, &a.cy, &a.cz, &a.cm, &a.qxx, &a.qxy, &a.qxz,
-                  &a.qyy, &a.qyz, &a.qzz, &a.qtr})
-    v->clear();
-}
-
-/// Append particles [b, e) and cells to `a`, coordinates less `o` (0 for double), in T.
-template <class T>
-void append_particles(ListArrays<T>& a, const SourceView& p, std::int64_t b, std::int64_t e,
-                      const double o[3]) {
-  for (std::int64_t k = b; k < e; ++k) {
-    a.px.push_back(static_cast<T>(p.x[k] - o[0]));
-    a.py.push_back(static_cast<T>(p.y[k] - o[1]));
-    a.pz.push_back(static_cast<T>(p.z[k] - o[2]));
-    a.pm.push_back(static_cast<T>(p.m[k]));
-  }
+void put_particles(ListParticle<T>* out, const SourceView& p, std::int64_t b, std::int64_t e,
+                   const double o[3]) {
+  for (std::int64_t k = b; k < e; ++k, ++out)
+    *out = {static_cast<T>(p.x[k] - o[0]), static_cast<T>(p.y[k] - o[1]),
+            static_cast<T>(p.z[k] - o[2]), static_cast<T>(p.m[k])};
 }
 
 template <class T>
-void append_cells(ListArrays<T>& a, const std::vector<std::int32_t>& cells, const TreeNodes& t,
-                  bool quadrupole, const double o[3]) {
-  for (const auto c : cells) {
-    a.cx.push_back(static_cast<T>(t.cx[c] - o[0]));
-    a.cy.push_back(static_cast<T>(t.cy[c] - o[1]));
-    a.cz.push_back(static_cast<T>(t.cz[c] - o[2]));
-    a.cm.push_back(static_cast<T>(t.mass[c]));
-    if (quadrupole) {
-      a.qxx.push_back(static_cast<T>(t.qxx[c])), a.qxy.push_back(static_cast<T>(t.qxy[c]));
-      a.qxz.push_back(static_cast<T>(t.qxz[c])), a.qyy.push_back(static_cast<T>(t.qyy[c]));
-      a.qyz.push_back(static_cast<T>(t.qyz[c])), a.qzz.push_back(static_cast<T>(t.qzz[c]));
-      a.qtr.push_back(static_cast<T>(t.qtr[c]));
-    }
-  }
+ListParticle<T> monopole(const TreeNodes& t, std::int32_t c, const double o[3]) {
+  return {static_cast<T>(t.cx[c] - o[0]), static_cast<T>(t.cy[c] - o[1]),
+          static_cast<T>(t.cz[c] - o[2]), static_cast<T>(t.mass[c])};
+}
+
+template <class T>
+ListCell<T> quadrupole_cell(const TreeNodes& t, std::int32_t c, const double o[3]) {
+  const auto f = [](double v) { return static_cast<T>(v); };
+  return {f(t.cx[c] - o[0]), f(t.cy[c] - o[1]), f(t.cz[c] - o[2]), f(t.mass[c]),
+          f(t.qxx[c]), f(t.qxy[c]), f(t.qxz[c]), f(t.qyy[c]), f(t.qyz[c]), f(t.qzz[c]),
+          f(t.qtr[c]), T(0)};
 }
 
 template <class T>
 void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, const TreeNodes& t,
                  const SourceView& p, bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
                  const double o[3]) {
-  clear_arrays(a);
-  g.pidx.clear();
   auto meets = [&](std::int64_t b, std::int64_t e) { return b < ex_end && ex_begin < e; };
-  auto append = [&](std::int64_t b, std::int64_t e) {
-    append_particles(a, p, b, e, o);
-    for (std::int64_t k = b; k < e; ++k) g.pidx.push_back(k);
-  };
+  std::size_t n_masked = 0, n_part = 0;
+  for (const auto& [b, e] : l.ranges) {
+    n_part += static_cast<std::size_t>(e - b);
+    if (meets(b, e)) n_masked += static_cast<std::size_t>(e - b);
+  }
+  const auto cells = l.cells(), far = l.far_cells();
+  const std::size_t n_cells = cells.size(), n_far = far.size();
+  a.p.resize(n_part + n_far + (quadrupole ? 0 : n_cells));
+  a.c.resize(quadrupole ? n_cells : 0);
+  g.pidx.resize(n_masked);
   // ranges that may hold an excluded particle first: only they need the masked loop
+  std::size_t at = 0;
   for (const auto& [b, e] : l.ranges)
-    if (meets(b, e)) append(b, e);
-  g.n_masked = g.pidx.size();
+    if (meets(b, e)) {
+      put_particles(&a.p[at], p, b, e, o);
+      for (std::int64_t k = b; k < e; ++k) g.pidx[at++] = k;
+    }
   for (const auto& [b, e] : l.ranges)
-    if (!meets(b, e)) append(b, e);
-  append_cells(a, l.cells, t, quadrupole, o);
+    if (!meets(b, e)) {
+      put_particles(&a.p[at], p, b, e, o);
+      at += static_cast<std::size_t>(e - b);
+    }
+  for (std::size_t k = 0; k < n_cells; ++k) {
+    if (quadrupole)
+      a.c[k] = quadrupole_cell<T>(t, cells[k], o);
+    else
+      a.p[at++] = monopole<T>(t, cells[k], o);
+  }
+  for (const auto c : far) a.p[at++] = monopole<T>(t, c, o);
+  g.n_masked = n_masked;
+  g.n_source_particles = n_part;
+  g.n_source_cells = n_cells + n_far;
 }
 }  // namespace
 
@@ -76,10 +82,9 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const So
     gather_into(*this, d, l, t, p, quadrupole, ex_begin, ex_end, origin);
 }
 
-void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2,
-                    bool quadrupole, Isa isa) {
+void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);
-  const tree_kernel::EvalArgs a{&l, &s, n_i, eps2, quadrupole, l.mixed};
+  const tree_kernel::EvalArgs a{&l, &s, n_i, eps2, l.mixed};
 #if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
   if (isa == Isa::Avx2) {
     tree_kernel::avx2::evaluate(a);

@@ -12,7 +12,6 @@ struct EvalArgs {
   GroupSinks* sinks = nullptr;
   std::size_t n_i = 0;  // padded to a multiple of kTreeIPad
   double eps2 = 0;
-  bool quadrupole = true;
   bool mixed = false;
 };
 

@@ -2,6 +2,7 @@
 // time when the CPU has them).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gravpipe/pair_interaction.hpp"
 #include "../pipeline/simd_avx2.hpp"

@@ -1,6 +1,7 @@
 // The tree list kernels compiled for generic.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "gravpipe/pair_interaction.hpp"
 #include "../pipeline/simd_scalar.hpp"

@@ -80,7 +80,7 @@ void parent_moments(TreeNodes& t, std::size_t c) {
 
 }  // namespace
 
-void compute_moments(TreeNodes& t, const SourceView& p, double theta, int threads) {
+void compute_moments(TreeNodes& t, const SourceView& p, double theta, double quad_tol, int threads) {
   resize_moments(t);
   const auto n = static_cast<std::int64_t>(t.count());
   std::int64_t hi = n;
@@ -104,6 +104,20 @@ void compute_moments(TreeNodes& t, const SourceView& p, double theta, int thread
       t.r_open2[c] = r * r;
     }
     hi = lo;
+  }
+  // the dropped quadrupole term is held to the scale of the expansion's own truncation
+  // error at the opening radius, ~theta^3, so that lowering theta still lowers the error
+  const double tol = quad_tol * theta * theta * theta;
+  t.walk.resize(t.count());
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 4096)
+  for (std::int64_t c = 0; c < n; ++c) {
+    // |Q|_F / (M d^2) <= quad_tol theta^3  <=>  d^2 >= |Q|_F / (quad_tol theta^3 M)
+    const double q2 = t.qxx[c] * t.qxx[c] + t.qyy[c] * t.qyy[c] + t.qzz[c] * t.qzz[c] +
+                      2 * (t.qxy[c] * t.qxy[c] + t.qxz[c] * t.qxz[c] + t.qyz[c] * t.qyz[c]);
+    const double mono_d2 = quad_tol > 0 && t.mass[c] > 0 ? std::sqrt(q2) / (tol * t.mass[c])
+                                                         : (t.mass[c] > 0 ? INFINITY : 0.0);
+    t.walk[c] = {t.cx[c], t.cy[c], t.cz[c], t.r_open2[c], mono_d2,
+                 t.begin[c], t.end[c], t.first_child[c], t.n_children[c]};
   }
 }
 
