@@ -82,6 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     bh.add_argument("--eta", type=_fraction_or_float, default=0.02)
     bh.add_argument("--eps", type=_fraction_or_float, default=1 / 64)
     bh.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
+    bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
+                    help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
+    bt.add_argument("--models", nargs="+", choices=["plummer", "cube"], default=["plummer", "cube"],
+                    help="Plummer sphere and/or uniform cube in [-1,1]^3 (default both)")
+    bt.add_argument("--theta", type=_fraction_or_float, nargs="+", default=None,
+                    help="opening angles (default 0.4 0.5 0.6 0.8; --quick: 0.5 0.8)")
+    bt.add_argument("--quad", choices=["yes", "no", "both"], default="both", help="quadrupoles (default both)")
+    bt.add_argument("--repeat", type=_positive_int, default=None, help="best of (default 2; --quick: 1)")
+    bt.add_argument("--sample", type=int, default=1000,
+                    help="particles checked against direct summation (>= 1000, default 1000)")
+    bt.add_argument("--eps", type=_fraction_or_float, default=None,
+                    help="softening (default (1/64) * (N/1e4)^(-1/3) for each N)")
+    bt.add_argument("--threads", type=_positive_int, default=None)
+    bt.add_argument("--precision", choices=["mixed", "double"], default="mixed",
+                    help="tree kernels (default mixed; the direct reference is always double)")
+    bt.add_argument("--quick", action="store_true",
+                    help="N = 20000, 100000, theta 0.5 0.8, repeat 1 (options given explicitly still apply)")
+    bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     return parser
 
 
@@ -232,6 +251,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_direct(args)
     if args.bench == "hermite":
         return _bench_hermite(args)
+    if args.bench == "tree":
+        return _bench_tree(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -276,6 +297,54 @@ def _bench_hermite(args: argparse.Namespace) -> int:
         console.print(hermite.summary(r), highlight=False)
         results.append(r)
     _emit_json(args.json, lambda: hermite.as_json(results, info), console)
+    return 0
+
+
+def _tree_bench_settings(args: argparse.Namespace) -> dict:
+    """The ``bench tree`` options resolved (--quick fills what was not given) and checked;
+    a bad value raises UserError naming its option."""
+    import math
+
+    from gravpipe.bench import tree
+
+    sizes = args.sizes or list(tree.QUICK_SIZES if args.quick else tree.DEFAULT_SIZES)
+    thetas = args.theta or list(tree.QUICK_THETAS if args.quick else tree.DEFAULT_THETAS)
+    repeat = args.repeat or (tree.QUICK_REPEAT if args.quick else tree.DEFAULT_REPEAT)
+    for theta in thetas:
+        if not (math.isfinite(theta) and theta > 0):
+            raise UserError(f"--theta: opening angles must be finite and > 0, got {theta:g}")
+    if args.sample < tree.MIN_SAMPLE:
+        raise UserError(f"--sample: must be >= {tree.MIN_SAMPLE} (errors are medians and 99th percentiles "
+                        f"over the sample), got {args.sample}")
+    if args.sample > min(sizes):
+        raise UserError(f"--sample: {args.sample} particles exceed the smallest N in --sizes ({min(sizes)})")
+    if args.eps is not None and not (math.isfinite(args.eps) and args.eps >= 0):
+        raise UserError(f"--eps: must be finite and >= 0, got {args.eps:g}")
+    quads = {"yes": [True], "no": [False], "both": [True, False]}[args.quad]
+    return dict(sizes=sizes, models=args.models, thetas=thetas, quadrupoles=quads, repeat=repeat,
+                sample=args.sample, threads=args.threads, precision=args.precision, eps=args.eps)
+
+
+def _bench_tree(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gravpipe.bench import machine, tree
+
+    settings = _tree_bench_settings(args)
+    console = Console(stderr=args.json == "-")
+    if not console.is_terminal:  # a file or a pipe: keep the tables' columns whole
+        console.width = max(console.width, 150)
+    info = machine.describe()
+    eps = "(1/64) (N/1e4)^(-1/3)" if args.eps is None else f"{args.eps:g}"
+    console.print(f"[bold]gravpipe bench tree[/bold]  {info['cpu']}, {info['openmp_threads']} threads, "
+                  f"isa {info['isa']}, precision {args.precision}, eps {eps}, best of {settings['repeat']}, "
+                  f"error sample {args.sample}", highlight=False)
+    with console.status("") as status:
+        results, references = tree.run(**settings, progress=lambda msg: status.update(msg))
+    for table in tree.tables(results):
+        console.print(table)
+    console.print(tree.summary(results, references), highlight=False, soft_wrap=True)
+    _emit_json(args.json, lambda: tree.as_json(results, references, info), console)
     return 0
 
 
