@@ -29,9 +29,13 @@ from gravpipe.io.atomic import atomic_open
 from gravpipe.particles import Particles
 from gravpipe.backends import resolve_backend
 from gravpipe.pipeline import Pipeline
-from gravpipe.tree import TreeGravity
+from gravpipe.tree import Tree, TreeGravity
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
+# Tree runs measure their potential energy with a tree of this opening angle (float64 list
+# kernels, quadrupoles): O(N log N) where a float64 direct sum would cost O(N^2) per
+# diagnostics row, with a relative error of W ~1e-6 (tests/test_tree.py).
+DIAGNOSTICS_THETA = 0.25
 CHECKPOINT_GLOB = "checkpoint_*.h5"
 
 
@@ -130,8 +134,9 @@ class Simulation:
             self._pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
         self._mass = np.array(particles.mass)
         self._ids = np.array(particles.id)
+        self._gravity = gravity
         if _restart is None:
-            energy0 = diagnostics.energy(particles, eps, G).total
+            energy0 = diagnostics.energy(particles, eps, G, pot=self._diagnostic_pot(particles, eps, G)).total
             self.config = RunConfig(gravity, spec.name, params, eps, float(G), backend, precision, threads,
                                     float(t0), energy0, theta=self._pipe.theta if gravity == "tree" else None)
             state, self.history = None, []
@@ -176,8 +181,17 @@ class Simulation:
         return Particles(self._core.positions(), self._core.velocities(), self._mass, self._ids)
 
     def energy(self) -> diagnostics.Energy:
-        """Kinetic, potential (float64 direct sum) and total energy now."""
-        return diagnostics.energy(self.particles, self.config.eps, self.config.G)
+        """Kinetic, potential and total energy now. The potential is a float64 direct sum
+        for gravity="direct" and a float64 tree at ``DIAGNOSTICS_THETA`` for gravity="tree"."""
+        p, c = self.particles, self.config
+        return diagnostics.energy(p, c.eps, c.G, pot=self._diagnostic_pot(p, c.eps, c.G))
+
+    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray | None:
+        """Potentials for the energy diagnostics: None (a float64 direct sum) for direct runs;
+        a fine float64 tree for tree runs, whose steps are O(N log N) too."""
+        if self._gravity != "tree":
+            return None
+        return Tree(p.pos, p.mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double").forces()[1]
 
     def energy_error(self) -> float:
         """(E - E0) / |E0| relative to the energy at the start of the run."""
@@ -263,7 +277,7 @@ class Simulation:
 
     def _record(self) -> None:
         p = self.particles
-        e = diagnostics.energy(p, self.config.eps, self.config.G)
+        e = diagnostics.energy(p, self.config.eps, self.config.G, pot=self._diagnostic_pot(p, self.config.eps, self.config.G))
         radii = diagnostics.lagrangian_radii(p, LAGRANGIAN_FRACTIONS)
         t = self.timings
         row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
