@@ -80,7 +80,7 @@ KeyFrame key_frame(Span<const double> pos, int threads);
 /// Morton key of each position (3n row-major); positions outside the frame are clamped.
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const KeyFrame& f, int threads);
 /// The permutation that sorts keys ascending (ties by index: deterministic), and the keys
-/// in that order. A parallel sort: chunks sorted by threads, then merged pairwise.
+/// in that order. A parallel LSD radix sort (stable, so the same for any thread count).
 std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threads);
 
 // ---- octree (tree_build.cpp) -------------------------------------------------------------

@@ -53,28 +53,54 @@ std::vector<std::uint64_t> curve_keys(Span<const double> pos, const KeyFrame& f,
 }
 
 std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threads) {
+  // LSD radix sort of (key, index) pairs, 11-bit digits. Each pass is stable, so equal keys
+  // keep index order: the result is the unique order of the pairs, whatever the thread
+  // count. Chunks of the input are counted and scattered by one thread each; a chunk's
+  // elements of digit d land after those of the chunks before it (stability again).
+  constexpr int kBits = 11;
+  constexpr std::size_t kBuckets = std::size_t{1} << kBits;
   const std::size_t n = keys.size();
-  std::vector<std::pair<std::uint64_t, std::int64_t>> kv(n);
-  for (std::size_t k = 0; k < n; ++k) kv[k] = {keys[k], static_cast<std::int64_t>(k)};
-  // (key, index) pairs are all distinct, so the sorted order is unique: the same for any
-  // chunking, hence for any thread count.
+  std::vector<std::int64_t> order(n), order_tmp(n);
+  std::vector<std::uint64_t> keys_tmp(n);
+  for (std::size_t k = 0; k < n; ++k) order[k] = static_cast<std::int64_t>(k);
   const int chunks = (n < 65536) ? 1 : std::max(1, threads);
-  std::vector<std::size_t> b(chunks + 1);
-  for (int c = 0; c <= chunks; ++c) b[c] = n * c / chunks;
+  std::vector<std::size_t> bounds(chunks + 1), count(chunks * kBuckets);
+  for (int c = 0; c <= chunks; ++c) bounds[c] = n * c / chunks;
+  for (int shift = 0; shift < 64; shift += kBits) {
+    auto digit = [shift](std::uint64_t key) { return (key >> shift) & (kBuckets - 1); };
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
-  for (int c = 0; c < chunks; ++c) std::sort(kv.begin() + b[c], kv.begin() + b[c + 1]);
-  for (int width = 1; width < chunks; width *= 2) {
-#pragma omp parallel for num_threads(chunks) schedule(static, 1)
-    for (int c = 0; c < chunks; c += 2 * width) {
-      if (c + width < chunks)
-        std::inplace_merge(kv.begin() + b[c], kv.begin() + b[c + width],
-                           kv.begin() + b[std::min(c + 2 * width, chunks)]);
+    for (int c = 0; c < chunks; ++c) {
+      std::size_t* h = &count[c * kBuckets];
+      std::fill(h, h + kBuckets, std::size_t{0});
+      for (std::size_t k = bounds[c]; k < bounds[c + 1]; ++k) ++h[digit(keys[k])];
     }
-  }
-  std::vector<std::int64_t> order(n);
-  for (std::size_t k = 0; k < n; ++k) {
-    keys[k] = kv[k].first;
-    order[k] = kv[k].second;
+    // a pass where every key has the same digit (the high bits of a compact set) moves
+    // nothing: skip it
+    bool moves = true;
+    for (std::size_t d = 0; d < kBuckets && moves; ++d) {
+      std::size_t total = 0;
+      for (int c = 0; c < chunks; ++c) total += count[c * kBuckets + d];
+      moves = total != n;
+    }
+    if (!moves) continue;
+    std::size_t start = 0;  // exclusive prefix sum, digit-major then chunk
+    for (std::size_t d = 0; d < kBuckets; ++d)
+      for (int c = 0; c < chunks; ++c) {
+        const std::size_t m = count[c * kBuckets + d];
+        count[c * kBuckets + d] = start;
+        start += m;
+      }
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+    for (int c = 0; c < chunks; ++c) {
+      std::size_t* at = &count[c * kBuckets];
+      for (std::size_t k = bounds[c]; k < bounds[c + 1]; ++k) {
+        const std::size_t to = at[digit(keys[k])]++;
+        keys_tmp[to] = keys[k];
+        order_tmp[to] = order[k];
+      }
+    }
+    keys.swap(keys_tmp);
+    order.swap(order_tmp);
   }
   return order;
 }
