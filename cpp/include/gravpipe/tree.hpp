@@ -145,6 +145,7 @@ struct InteractionList {
   std::size_t n_near = 0, n_far = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;  // particle ranges of opened leaves
   std::uint64_t mac_tests = 0;
+  std::vector<std::int32_t> stack;  // the walk's scratch
   /// Accepted cells that take the multipole expansion.
   Span<const std::int32_t> cells() const { return {near_buf.data(), n_near}; }
   /// Accepted cells whose monopole suffices (WalkCell::mono_d2), and every accepted cell
@@ -161,7 +162,18 @@ struct MacParams {
 /// Walk the tree for one group: a cell is accepted when it holds no excluded particle of
 /// the group and the distance d from the group's box to its com exceeds its opening radius
 /// size/theta + |com - box centre|; opened leaves give their particle ranges.
-void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out);
+/// With `start`, the walk begins from those cells instead of the root (a run's frontier).
+void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out,
+                Span<const std::int32_t> start = {});
+
+/// The shared part of the walks of a run of groups (`run`: the union of their boxes and
+/// excluded ranges). Cells the run accepts go to `shared` (every member accepts them);
+/// leaves, and cells that some member accepts, go to `frontier`, where each member's own
+/// walk_group continues; cells no member accepts are opened here once. Each member's
+/// shared + own list is then exactly the list of its own walk from the root, for a
+/// fraction of the MAC tests.
+void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, const MacParams& mac,
+              InteractionList& shared, std::vector<std::int32_t>& frontier);
 
 // ---- evaluation (tree_evaluate.cpp) ------------------------------------------------------
 

@@ -1,6 +1,9 @@
 // The Tree: sort, build and moments at construction; groups, walk and list evaluation per
-// force call, OpenMP over groups. Each group's sums are computed by one thread in a fixed
-// order, so results are bitwise identical for any thread count.
+// force call, OpenMP over runs of consecutive groups. A run walks the top of the tree once
+// (walk_run) and evaluates the cells every member accepts on all its particles at once;
+// each member then walks on from the run's frontier and evaluates its own list. Each
+// run's sums are computed by one thread in a fixed order, so results are bitwise
+// identical for any thread count.
 #include <omp.h>
 
 #include <algorithm>
@@ -28,12 +31,79 @@ void check_params(const TreeParams& p) {
   if (!finite_nonneg(p.alpha)) throw InputError("alpha: must be finite and >= 0");
 }
 
-/// Thread-private scratch of the group loop, reused from group to group.
+/// Thread-private scratch of the group loop, reused from run to run.
 struct GroupScratch {
-  InteractionList list;
-  GatheredList gathered;
-  GroupSinks sinks;
+  InteractionList shared, list;
+  std::vector<std::int32_t> frontier;
+  GatheredList shared_gathered, gathered;
+  GroupSinks run_sinks, sinks;
 };
+
+/// Runs of consecutive groups (curve order, so spatially compact) that share the top of
+/// their walks: [first, last) group indices, at most kRunParticles i-particles each
+/// (a single larger group makes a run alone).
+constexpr std::int64_t kRunParticles = 1024;  // 512 / 2048 / 4096 measured slower
+std::vector<std::pair<std::size_t, std::size_t>> make_runs(const std::vector<Group>& groups) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  std::size_t first = 0;
+  std::int64_t count = 0;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const std::int64_t n = groups[k].i_end - groups[k].i_begin;
+    if (k > first && count + n > kRunParticles) {
+      runs.emplace_back(first, k);
+      first = k, count = 0;
+    }
+    count += n;
+  }
+  if (first < groups.size()) runs.emplace_back(first, groups.size());
+  return runs;
+}
+
+/// The run as one group: the union of the members' boxes and excluded ranges, and the
+/// smallest old |a| of those that have one (the relative criterion's most sensitive).
+Group run_group(const Group* members, std::size_t n) {
+  Group r = members[0];
+  bool any_ex = members[0].ex_begin < members[0].ex_end;
+  for (std::size_t k = 1; k < n; ++k) {
+    const Group& g = members[k];
+    r.i_end = g.i_end;
+    for (int a = 0; a < 3; ++a) r.lo[a] = std::min(r.lo[a], g.lo[a]), r.hi[a] = std::max(r.hi[a], g.hi[a]);
+    if (g.ex_begin < g.ex_end) {
+      r.ex_begin = any_ex ? std::min(r.ex_begin, g.ex_begin) : g.ex_begin;
+      r.ex_end = any_ex ? std::max(r.ex_end, g.ex_end) : g.ex_end;
+      any_ex = true;
+    }
+    if (g.a_min > 0) r.a_min = r.a_min > 0 ? std::min(r.a_min, g.a_min) : g.a_min;
+  }
+  return r;
+}
+
+std::size_t padded_count(std::size_t n) { return (n + kTreeIPad - 1) / kTreeIPad * kTreeIPad; }
+
+void centre_of(const Group& g, double c[3]) {
+  for (int a = 0; a < 3; ++a) c[a] = 0.5 * (g.lo[a] + g.hi[a]);
+}
+
+/// The group's i-particles as the kernels read them, padded to kTreeIPad: float64
+/// coordinates (double) or float32 ones relative to `centre` (mixed). Padding lanes repeat
+/// the first sink and exclude nothing; their sums are dropped.
+void set_sinks(GroupSinks& s, const SourceView& sinks, Span<const std::int64_t> i_exclude,
+               const Group& g, std::size_t n, std::size_t padded, bool mixed, const double centre[3]) {
+  s.exclude.resize(padded);
+  for (auto* v : {&s.x, &s.y, &s.z}) v->resize(mixed ? 0 : padded);
+  for (auto* v : {&s.xf, &s.yf, &s.zf}) v->resize(mixed ? padded : 0);
+  for (std::size_t q = 0; q < padded; ++q) {
+    const std::size_t i = static_cast<std::size_t>(g.i_begin) + (q < n ? q : 0);
+    if (mixed) {
+      s.xf[q] = static_cast<float>(sinks.x[i] - centre[0]);
+      s.yf[q] = static_cast<float>(sinks.y[i] - centre[1]);
+      s.zf[q] = static_cast<float>(sinks.z[i] - centre[2]);
+    } else {
+      s.x[q] = sinks.x[i], s.y[q] = sinks.y[i], s.z[q] = sinks.z[i];
+    }
+    s.exclude[q] = q < n ? i_exclude[i] : -1;
+  }
+}
 
 }  // namespace
 
@@ -162,52 +232,58 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
   const double eps2 = params_.eps * params_.eps, G = params_.G;
   const SourceView src = view();
   const bool mixed = params_.precision == Precision::Mixed;
+  const auto runs = make_runs(groups);
   std::uint64_t pp = 0, pc = 0, tests = 0;
   double t_walk = 0, t_eval = 0;
-  const auto ng = static_cast<std::int64_t>(groups.size());
+  const auto nr = static_cast<std::int64_t>(runs.size());
 #pragma omp parallel num_threads(threads_) reduction(+ : pp, pc, tests, t_walk, t_eval)
   {
     GroupScratch w;
 #pragma omp for schedule(dynamic)
-    for (std::int64_t k = 0; k < ng; ++k) {
-      const Group& g = groups[k];
-      const auto t0 = Clock::now();
-      walk_group(nodes_, g, mac, w.list);
-      const auto t1 = Clock::now();
-      const double centre[3] = {0.5 * (g.lo[0] + g.hi[0]), 0.5 * (g.lo[1] + g.hi[1]),
-                                0.5 * (g.lo[2] + g.hi[2])};
-      w.gathered.gather(w.list, nodes_, src, params_.quadrupole, g.ex_begin, g.ex_end,
-                        params_.precision, centre);
-      const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
-      const std::size_t padded = (n + kTreeIPad - 1) / kTreeIPad * kTreeIPad;
-      GroupSinks& s = w.sinks;
-      s.exclude.resize(padded);
-      for (auto* v : {&s.x, &s.y, &s.z}) v->resize(mixed ? 0 : padded);
-      for (auto* v : {&s.xf, &s.yf, &s.zf}) v->resize(mixed ? padded : 0);
-      for (std::size_t q = 0; q < padded; ++q) {
-        // padding lanes repeat the first sink and exclude nothing; their sums are dropped
-        const std::size_t i = static_cast<std::size_t>(g.i_begin) + (q < n ? q : 0);
-        if (mixed) {
-          s.xf[q] = static_cast<float>(sinks.x[i] - centre[0]);
-          s.yf[q] = static_cast<float>(sinks.y[i] - centre[1]);
-          s.zf[q] = static_cast<float>(sinks.z[i] - centre[2]);
-        } else {
-          s.x[q] = sinks.x[i], s.y[q] = sinks.y[i], s.z[q] = sinks.z[i];
-        }
-        s.exclude[q] = q < n ? i_exclude[i] : -1;
-      }
-      evaluate_group(w.gathered, s, padded, eps2, isa_);
-      for (std::size_t q = 0; q < n; ++q) {
-        const std::int64_t o = i_caller[g.i_begin + q];
-        acc[3 * o] = G * s.ax[q], acc[3 * o + 1] = G * s.ay[q], acc[3 * o + 2] = G * s.az[q];
-        pot[o] = -G * s.pot[q];
-      }
-      const auto t2 = Clock::now();
-      pp += n * w.gathered.n_particles();
-      pc += n * w.gathered.n_cells();
-      tests += w.list.mac_tests;
+    for (std::int64_t r = 0; r < nr; ++r) {
+      const auto [first, last] = runs[r];
+      const Span<const Group> members{&groups[first], last - first};
+      const Group run = run_group(members.begin(), members.size());
+      double run_centre[3];
+      centre_of(run, run_centre);
+      auto t0 = Clock::now();
+      walk_run(nodes_, run, members, mac, w.shared, w.frontier);
+      tests += w.shared.mac_tests;
+      auto t1 = Clock::now();
+      // the shared cells, gathered once and evaluated once on all the run's particles
+      // (relative to the run's centre: they are all beyond their opening radius from its box)
+      w.shared_gathered.gather(w.shared, nodes_, src, params_.quadrupole, 0, 0, params_.precision, run_centre);
+      const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
+      set_sinks(w.run_sinks, sinks, i_exclude, run, run_n, padded_count(run_n), mixed, run_centre);
+      evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n), eps2, isa_);
+      pc += run_n * w.shared_gathered.n_cells();
       t_walk += std::chrono::duration<double>(t1 - t0).count();
-      t_eval += std::chrono::duration<double>(t2 - t1).count();
+      t_eval += seconds_since(t1);
+      for (const Group& g : members) {
+        t0 = Clock::now();
+        walk_group(nodes_, g, mac, w.list, {w.frontier.data(), w.frontier.size()});
+        t1 = Clock::now();
+        double centre[3];
+        centre_of(g, centre);
+        w.gathered.gather(w.list, nodes_, src, params_.quadrupole, g.ex_begin, g.ex_end, params_.precision,
+                          centre);
+        const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
+        GroupSinks& s = w.sinks;
+        set_sinks(s, sinks, i_exclude, g, n, padded_count(n), mixed, centre);
+        evaluate_group(w.gathered, s, padded_count(n), eps2, isa_);
+        const GroupSinks& rs = w.run_sinks;
+        const auto at = static_cast<std::size_t>(g.i_begin - run.i_begin);
+        for (std::size_t q = 0; q < n; ++q) {
+          const std::int64_t o = i_caller[g.i_begin + q];
+          acc[3 * o] = G * (s.ax[q] + rs.ax[at + q]), acc[3 * o + 1] = G * (s.ay[q] + rs.ay[at + q]);
+          acc[3 * o + 2] = G * (s.az[q] + rs.az[at + q]), pot[o] = -G * (s.pot[q] + rs.pot[at + q]);
+        }
+        pp += n * w.gathered.n_particles();
+        pc += n * w.gathered.n_cells();
+        tests += w.list.mac_tests;
+        t_walk += std::chrono::duration<double>(t1 - t0).count();
+        t_eval += seconds_since(t1);
+      }
     }
   }
   const double wall = seconds_since(t_start);

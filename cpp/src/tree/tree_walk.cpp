@@ -40,49 +40,111 @@ inline void add_range(InteractionList& out, std::int64_t b, std::int64_t e) {
   else
     out.ranges.emplace_back(b, e);
 }
-}  // namespace
 
-void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out) {
+/// The acceptance test of one group: the Barnes-Hut criterion from its box and, with
+/// old accelerations, GADGET's relative criterion.
+class Acceptor {
+ public:
+  Acceptor(const TreeNodes& t, const Group& g, const MacParams& mac)
+      : t_(t), g_(g), relative_(mac.alpha > 0 && g.a_min > 0),
+        rel_bound_(relative_ ? mac.alpha * g.a_min / mac.G : 0.0) {}
+  /// Whether the group may use cell k whole; d2: its squared distance from the box.
+  bool accepts(std::int32_t k, double& d2) const {
+    const WalkCell& c = t_.walk[k];
+    // a cell holding an excluded particle of the group (its own particles, for
+    // self-gravity) must never be used whole: its mass would include them
+    const bool holds_excluded = c.begin < g_.ex_end && g_.ex_begin < c.end;
+    d2 = box_distance2(g_, c.cx, c.cy, c.cz);
+    bool accept = !holds_excluded && d2 > c.r_open2;
+    // the relative criterion: the cell's error term G M l^2 / d^4 must stay below
+    // alpha |a_old| of the most sensitive particle in the group
+    if (accept && relative_) accept = t_.mass[k] * t_.size[k] * t_.size[k] <= rel_bound_ * d2 * d2;
+    return accept;
+  }
+
+ private:
+  const TreeNodes& t_;
+  const Group& g_;
+  bool relative_;
+  double rel_bound_;
+};
+
+void reset(InteractionList& out, const TreeNodes& t) {
   if (out.near_buf.size() < t.count()) out.near_buf.resize(t.count()), out.far_buf.resize(t.count());
   out.n_near = out.n_far = 0;
   out.ranges.clear();
-  const bool relative = mac.alpha > 0 && g.a_min > 0;
-  const double rel_bound = relative ? mac.alpha * g.a_min / mac.G : 0.0;
-  const WalkCell* cells = t.walk.data();
-  std::int32_t* near = out.near_buf.data();
-  std::int32_t* far = out.far_buf.data();
-  std::size_t n_near = 0, n_far = 0;
-  std::uint64_t tests = 0;
-  // depth first; at most 7 siblings wait per level
-  std::int32_t stack[8 * (kTreeMaxLevel + 2)];
-  int top = 0;
-  stack[top++] = 0;
-  while (top > 0) {
-    const std::int32_t k = stack[--top];
-    const WalkCell& c = cells[k];
-    ++tests;
-    // a cell holding an excluded particle of the group (its own particles, for
-    // self-gravity) must never be used whole: its mass would include them
-    const bool holds_excluded = c.begin < g.ex_end && g.ex_begin < c.end;
-    const double d2 = box_distance2(g, c.cx, c.cy, c.cz);
-    bool accept = !holds_excluded && d2 > c.r_open2;
-    // GADGET's relative criterion: the cell's error term G M l^2 / d^4 must stay below
-    // alpha |a_old| of the most sensitive particle in the group
-    if (accept && relative) accept = t.mass[k] * t.size[k] * t.size[k] <= rel_bound * d2 * d2;
-    if (accept) {
-      // the quadrupole term is below quad_tol of the monopole's (or not wanted)
-      if (d2 >= c.mono_d2 || !mac.quadrupole)
-        far[n_far++] = k;
-      else
-        near[n_near++] = k;
-    } else if (c.first_child < 0) {
+  out.mac_tests = 0;
+}
+
+/// An accepted cell: multipole, or monopole alone where its quadrupole term is below
+/// quad_tol (WalkCell::mono_d2) or quadrupoles are off.
+inline void add_cell(InteractionList& out, std::int32_t k, double d2, const TreeNodes& t,
+                     const MacParams& mac) {
+  if (d2 >= t.walk[k].mono_d2 || !mac.quadrupole)
+    out.far_buf[out.n_far++] = k;
+  else
+    out.near_buf[out.n_near++] = k;
+}
+}  // namespace
+
+void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out,
+                Span<const std::int32_t> start) {
+  reset(out, t);
+  const Acceptor acceptor(t, g, mac);
+  std::vector<std::int32_t>& stack = out.stack;
+  stack.clear();
+  if (start.empty())
+    stack.push_back(0);
+  else
+    for (std::size_t q = start.size(); q-- > 0;) stack.push_back(start[q]);  // in order
+  while (!stack.empty()) {
+    const std::int32_t k = stack.back();
+    stack.pop_back();
+    ++out.mac_tests;
+    double d2 = 0;
+    const WalkCell& c = t.walk[k];
+    if (acceptor.accepts(k, d2))
+      add_cell(out, k, d2, t, mac);
+    else if (c.first_child < 0)
       add_range(out, c.begin, c.end);  // an opened leaf: its particles
-    } else {
-      for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack[top++] = q;
-    }
+    else
+      for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
   }
-  out.n_near = n_near, out.n_far = n_far;
-  out.mac_tests = tests;
+}
+
+void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, const MacParams& mac,
+              InteractionList& shared, std::vector<std::int32_t>& frontier) {
+  reset(shared, t);
+  frontier.clear();
+  const Acceptor run_acceptor(t, run, mac);
+  std::vector<Acceptor> member_acceptors;
+  member_acceptors.reserve(members.size());
+  for (const Group& g : members) member_acceptors.emplace_back(t, g, mac);
+  std::vector<std::int32_t>& stack = shared.stack;
+  stack.assign(1, 0);
+  while (!stack.empty()) {
+    const std::int32_t k = stack.back();
+    stack.pop_back();
+    ++shared.mac_tests;
+    double d2 = 0;
+    const WalkCell& c = t.walk[k];
+    // every member's box lies in the run's box, so what the run accepts they all do
+    if (run_acceptor.accepts(k, d2)) {
+      add_cell(shared, k, d2, t, mac);
+      continue;
+    }
+    // a leaf, or a cell that some member accepts: each member decides for itself
+    bool member_accepts = c.first_child < 0;
+    for (std::size_t m = 0; m < member_acceptors.size() && !member_accepts; ++m) {
+      double dm = 0;
+      ++shared.mac_tests;
+      member_accepts = member_acceptors[m].accepts(k, dm);
+    }
+    if (member_accepts)
+      frontier.push_back(k);
+    else  // every member would open it
+      for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
+  }
 }
 
 }  // namespace gravpipe
