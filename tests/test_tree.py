@@ -315,3 +315,17 @@ def test_tree_simulation_energy_diagnostics_match_the_direct_sum():
     w_direct = gp.diagnostics.potential_energy(sim.particles, 1 / 32)
     assert abs(sim.energy().potential - w_direct) < 5e-6 * abs(w_direct)
     assert abs(sim.history[0]["potential"] - w_direct) < 5e-6 * abs(w_direct)
+
+
+def test_simulation_tree_precision_and_backend():
+    """precision reaches the tree's list kernels; a GPU backend is refused, not ignored."""
+    p = gp.ic.plummer(500, seed=18)
+    kw = dict(gravity="tree", integrator="leapfrog", dt=1 / 64, eps=1 / 32)
+    runs = {prec: gp.Simulation(p, precision=prec, **kw) for prec in ("mixed", "double")}
+    for sim in runs.values():
+        sim.evolve(0.25, progress=False)
+    assert runs["double"]._pipe.precision == "double"
+    d = np.abs(runs["double"].particles.pos - runs["mixed"].particles.pos).max()
+    assert 0 < d < 1e-5  # the mixed kernels' ~1e-7 force differences, carried 16 steps
+    with pytest.raises(ValueError, match="backend"):
+        gp.Simulation(p, backend="cuda", **kw)

@@ -108,19 +108,27 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     """``gravpipe run``. Every option defaults to None so that a value from --config can be
     told apart from one typed on the command line (which wins); the real defaults are in
     ``gravpipe.runconfig.RunSettings``."""
-    from gravpipe.runconfig import DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, IC_MODELS, INTEGRATOR_NAMES
+    from gravpipe.runconfig import (DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, GRAVITY_NAMES, IC_MODELS,
+                                    INTEGRATOR_NAMES, TREE_INTEGRATOR)
 
     r = sub.add_parser(
         "run", help="evolve a particle set (default: an embedded Plummer sphere with Hermite block steps)",
         description="Evolve a particle set. Without FILE: an embedded Plummer sphere "
                     f"(N = {DEFAULT_N}, seed {DEFAULT_SEED}, Hermite, eps 1/64, t_end {DEFAULT_T_END:g}). "
                     "Without --out nothing is written. Times are absolute and must lie on the "
-                    "integrator's grid (multiples of dt_max for Hermite, dt for leapfrog).")
+                    "integrator's grid (multiples of dt_max for Hermite, dt for leapfrog). "
+                    "--gravity tree runs the Barnes-Hut treecode (opening angle --theta) with leapfrog.")
     r.add_argument("file", nargs="?", default=None, help="initial snapshot (GADGET-4 layout HDF5); t0 is its time")
     r.add_argument("--ic", choices=IC_MODELS, default=None, help="generated initial conditions (default plummer)")
     r.add_argument("-n", type=_positive_int, default=None, help=f"particles of generated ICs (default {DEFAULT_N})")
     r.add_argument("--seed", type=int, default=None, help=f"seed of generated ICs (default {DEFAULT_SEED})")
-    r.add_argument("--integrator", choices=INTEGRATOR_NAMES, default=None, help="default hermite")
+    r.add_argument("--integrator", choices=INTEGRATOR_NAMES, default=None,
+                   help=f"default hermite ({TREE_INTEGRATOR} with --gravity tree)")
+    r.add_argument("--gravity", choices=GRAVITY_NAMES, default=None,
+                   help=f"force solver: direct summation (default) or the Barnes-Hut treecode "
+                        f"(O(N log N); {TREE_INTEGRATOR} only)")
+    r.add_argument("--theta", type=_fraction_or_float, default=None,
+                   help="opening angle of --gravity tree (default 0.5; smaller: more accurate, slower)")
     r.add_argument("--t-end", type=_fraction_or_float, default=None, help=f"end time (default {DEFAULT_T_END:g})")
     r.add_argument("--snap-every", type=_fraction_or_float, default=None,
                    help="snapshot interval (with --out; default: one snapshot at t_end)")
@@ -138,8 +146,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--eta-s", type=_fraction_or_float, default=None, help="Hermite first-step parameter (default 0.01)")
     r.add_argument("--dt-max", type=_fraction_or_float, default=None, help="Hermite largest step (default 1/8)")
     r.add_argument("--dt", type=_fraction_or_float, default=None, help="leapfrog step (default 1/128)")
-    r.add_argument("--precision", choices=["mixed", "double"], default=None, help="default mixed")
-    r.add_argument("--backend", default=None, help="auto (default), cpu or cuda")
+    r.add_argument("--precision", choices=["mixed", "double"], default=None,
+                   help="default mixed (--gravity tree: mixed only, for now)")
+    r.add_argument("--backend", default=None,
+                   help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
     r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
 
@@ -386,11 +396,58 @@ def cmd_run(args: argparse.Namespace) -> int:
         names = ", ".join(_option_name(k) for k in runconfig.IC_KEYS if k in given)
         raise UserError(f"FILE ({settings.file}) gives the initial conditions; {names} (for generated ones) "
                         "cannot be combined with it")
+    note = _resolve_gravity(settings, file_values, cli_values, args.config)
     particles, t0, source = _initial_conditions(settings)
     sim = _new_simulation(particles, t0, settings)
     snap_every, ckpt_every = _cadences(settings, t0)
-    _print_start(sim, source, settings.t_end, settings.out)
+    _print_start(sim, source, settings.t_end, settings.out, note)
     return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress)
+
+
+def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
+    """How the user wrote a setting: "--integrator hermite" or 'integrator = "hermite" in run.toml'."""
+    if cli_values.get(key) is not None:
+        return f"{_option_name(key)} {value:g}" if isinstance(value, float) else f"{_option_name(key)} {value}"
+    return f"{key} = {json.dumps(value)} in {config}"
+
+
+def _resolve_gravity(settings, file_values: dict, cli_values: dict, config: str | None) -> str | None:
+    """Check how gravity combines with integrator, theta and precision (a mistake raises
+    UserError naming the option) and use leapfrog for a tree run that names no integrator.
+    Returns a line for the run's header saying so, or None."""
+    import math
+
+    from gravpipe.runconfig import TREE_INTEGRATOR
+
+    def given(key):
+        return cli_values.get(key) is not None or key in file_values
+
+    def named(key):
+        return _given_as(key, getattr(settings, key), cli_values, config)
+
+    tree = settings.gravity == "tree"
+    if settings.theta is not None:
+        if not tree:
+            raise UserError(f"{named('theta')}: the opening angle is only for --gravity tree "
+                            f"(this run has gravity {settings.gravity})")
+        if not (math.isfinite(settings.theta) and settings.theta > 0):
+            raise UserError(f"{named('theta')}: the opening angle must be finite and > 0")
+    if not tree:
+        return None
+    if given("integrator"):
+        if settings.integrator != TREE_INTEGRATOR:
+            raise UserError(f"{named('gravity')} needs --integrator {TREE_INTEGRATOR}, got {named('integrator')} "
+                            "(Hermite needs jerks, which the treecode does not compute)")
+        note = None
+    else:
+        settings.integrator = TREE_INTEGRATOR
+        hermite_only = [k for k in ("eta", "eta_s", "dt_max") if given(k)]
+        if hermite_only:
+            raise UserError(f"{named(hermite_only[0])}: a Hermite parameter, but {named('gravity')} runs "
+                            f"{TREE_INTEGRATOR} (it takes --dt)")
+        note = (f"{TREE_INTEGRATOR} chosen for gravity tree (no integrator given; the default, hermite, "
+                "needs jerks, which the treecode does not compute)")
+    return note
 
 
 def _initial_conditions(settings):
@@ -409,9 +466,10 @@ def _initial_conditions(settings):
 def _new_simulation(particles, t0: float, settings):
     from gravpipe.simulation import Simulation
 
-    return Simulation(particles, integrator=settings.integrator, eps=settings.eps, backend=settings.backend,
-                      precision=settings.precision, threads=settings.threads, eta=settings.eta,
-                      eta_s=settings.eta_s, dt_max=settings.dt_max, dt=settings.dt, t0=t0)
+    return Simulation(particles, gravity=settings.gravity, integrator=settings.integrator, eps=settings.eps,
+                      backend=settings.backend, precision=settings.precision, threads=settings.threads,
+                      eta=settings.eta, eta_s=settings.eta_s, dt_max=settings.dt_max, dt=settings.dt, t0=t0,
+                      theta=settings.theta)
 
 
 def _cadences(settings, t0: float) -> tuple[float | None, float | None]:
@@ -451,12 +509,15 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
     return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
 
 
-def _print_start(sim, source: str, t_end: float, out: str | None) -> None:
+def _print_start(sim, source: str, t_end: float, out: str | None, note: str | None = None) -> None:
     c = sim.config
     params = ", ".join(f"{k} {v:g}" for k, v in c.params.items())
+    gravity = f"gravity tree (theta {c.theta:g})" if c.gravity == "tree" else f"gravity {c.gravity}"
     print(f"gravpipe run: {source}")
-    print(f"  {c.integrator} ({params}), eps {c.eps:g}, precision {c.precision}, "
+    print(f"  {gravity}, {c.integrator} ({params}), eps {c.eps:g}, precision {c.precision}, "
           f"backend {sim.backend} ({sim.backend_detail})")
+    if note:
+        print(f"  {note}")
     where = f"output in {out}" if out is not None else "no --out: nothing is written"
     print(f"  t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
 

@@ -11,9 +11,14 @@ underscores or dashes), for example::
     checkpoint_every = 0.5
     out = "run1"          # relative paths are relative to the directory of run.toml
 
+``gravity = "tree"`` (with ``theta = 0.7``, default 0.5) runs the Barnes-Hut treecode, which
+needs the leapfrog integrator: ``gravpipe run`` uses leapfrog for it when ``integrator``
+is not given and rejects an explicit hermite.
+
 Precedence: built-in defaults < run.toml < command line. An unknown key, or a value of
 the wrong type, raises ``ValueError`` naming the file and the key. Physical validity
-(eps >= 0, t_end on the dt_max grid, ...) is checked by ``Simulation``, not here.
+(eps >= 0, t_end on the dt_max grid, ...) is checked by ``Simulation``, and how keys combine
+(gravity with integrator and theta) by ``gravpipe run``, not here.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ else:  # Python 3.10: the same parser, packaged as tomli
 
 IC_MODELS = ("plummer", "uniform-sphere", "uniform-cube")
 INTEGRATOR_NAMES = ("hermite", "leapfrog")
+GRAVITY_NAMES = ("direct", "tree")
+#: the integrator of gravity = "tree" when none is given (the default, hermite, needs jerks,
+#: which the treecode does not compute)
+TREE_INTEGRATOR = "leapfrog"
 PRECISIONS = ("mixed", "double")
 
 # The embedded default run (``gravpipe run`` with no arguments): a Plummer sphere with
@@ -52,6 +61,8 @@ class RunSettings:
     n: int = DEFAULT_N
     seed: int = DEFAULT_SEED
     integrator: str = "hermite"
+    gravity: str = "direct"
+    theta: float | None = None  # tree opening angle (None: Simulation's default, 0.5)
     t_end: float = DEFAULT_T_END
     snap_every: float | None = None
     checkpoint_every: float | None = None
@@ -136,10 +147,10 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
 
 CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "file": _string, "ic": _choice(IC_MODELS), "n": _positive_int, "seed": _int,
-    "integrator": _choice(INTEGRATOR_NAMES), "t_end": _number, "snap_every": _number,
-    "checkpoint_every": _number, "out": _string, "eps": _number, "eta": _number, "eta_s": _number,
-    "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS), "backend": _string,
-    "threads": _positive_int, "no_progress": _bool,
+    "integrator": _choice(INTEGRATOR_NAMES), "gravity": _choice(GRAVITY_NAMES), "theta": _number,
+    "t_end": _number, "snap_every": _number, "checkpoint_every": _number, "out": _string, "eps": _number,
+    "eta": _number, "eta_s": _number, "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS),
+    "backend": _string, "threads": _positive_int, "no_progress": _bool,
 }
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
 

@@ -98,7 +98,8 @@ class Simulation:
     particles : Particles (N-body units by default: G = M = 1).
     gravity : "direct" (O(N^2) on the force pipeline) or "tree" (Barnes-Hut treecode,
         opening angle ``theta``, default 0.5 with quadrupoles; leapfrog only, as the tree
-        gives no jerks; ``precision`` does not apply: the tree sums in float64).
+        gives no jerks; ``precision`` selects its list kernels, as for the pipeline; the
+        tree runs on the CPU, so ``backend`` must be "auto" or "cpu").
     integrator : "hermite" (block time steps; takes eta, eta_s, dt_max) or "leapfrog"
         (shared step; takes dt).
     eps : Plummer softening length (>= 0).
@@ -128,8 +129,11 @@ class Simulation:
         self._spec = spec
         if gravity == "tree":
             theta = 0.5 if theta is None else theta
-            resolve_backend(backend)  # an unknown or missing backend is still an error
-            self._pipe = TreeGravity(eps, G, theta=theta, threads=threads)
+            if backend == "cuda":
+                raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' "
+                                 "(use 'cpu' or 'auto')")
+            resolve_backend(backend)  # an unknown backend name is still an error
+            self._pipe = TreeGravity(eps, G, theta=theta, threads=threads, precision=precision)
         else:
             self._pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
         self._mass = np.array(particles.mass)

@@ -259,11 +259,13 @@ class TreeGravity:
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta = theta
         quad_tol = check_quad_tol(quad_tol)
+        self.precision = _check_precision(precision)
         self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                             nthreads, _check_precision(precision))
+                                             nthreads, self.precision)
         self.threads: int = nthreads or _core.max_threads()
         self.isa: str = _core.available_isas()[0]
-        self.backend_detail = f"treecode theta={theta}, isa={self.isa}, threads={self.threads}"
+        self.backend_detail = (f"treecode theta={theta}, precision={self.precision}, isa={self.isa}, "
+                               f"threads={self.threads}")
 
     @property
     def stats(self):
