@@ -26,8 +26,10 @@ auto span_of(const A& a) {
 }
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
-                       int n_crit, double alpha, int threads, const std::string& precision) {
+                       int n_crit, double alpha, int threads, const std::string& precision,
+                       bool local_expansion = true) {
   TreeParams p;
+  p.local_expansion = local_expansion;
   p.precision = parse_precision(precision);
   p.eps = eps, p.G = G, p.theta = theta, p.quadrupole = quadrupole, p.quad_tol = quad_tol;
   p.n_leaf = n_leaf, p.n_crit = n_crit, p.alpha = alpha, p.threads = threads;
@@ -43,6 +45,7 @@ nb::dict stats_dict(const TreeStats& s) {
   d["groups"] = s.groups;
   d["pp_interactions"] = s.pp_interactions;
   d["pc_interactions"] = s.pc_interactions;
+  d["pc_local_interactions"] = s.pc_local_interactions;
   d["mac_tests"] = s.mac_tests;
   d["seconds_sort"] = s.seconds_sort;
   d["seconds_build"] = s.seconds_build;
@@ -60,15 +63,16 @@ void bind_tree(nb::module_& m) {
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
-              double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
-             const TreeParams p =
-                 params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads, precision);
+              double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
+              bool local_expansion) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
+                                              precision, local_expansion);
              nb::gil_scoped_release release;
              new (self) Tree(span_of(pos), span_of(mass), p);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
            nb::arg("quadrupole"), nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"),
-           nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"))
+           nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"))
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())

@@ -19,7 +19,12 @@ interaction (Plummer softening; ``precision="double"``: float64 as in
 relative to the group centre, float64 results, ~1e-6 added error);
 particle-cell terms are the monopole (softened like a particle) plus the quadrupole
 term of the softened potential's Taylor expansion, which tends to the softened particle
-sum as cells shrink.
+sum as cells shrink. Consecutive groups form runs of <= 2048 particles that walk the top
+of the tree once; the cells a whole run accepts are evaluated on all its particles at
+once, and those farther than 4 run radii (half-diagonals of its box) from its centre
+enter a 4th-order local (Taylor) expansion of their softened monopole + quadrupole field
+about that centre instead (``stats.pc_local_interactions``), whose error there is far below
+the multipoles' own.
 
 Accuracy of |a_tree - a_direct| / |a_direct| (Plummer N = 20000, eps = 1/64, 1000 particles):
     theta  quadrupole  median   99th pct
@@ -28,7 +33,7 @@ Accuracy of |a_tree - a_direct| / |a_direct| (Plummer N = 20000, eps = 1/64, 100
     0.4    yes         5.1e-5   3.2e-4
     0.2    yes         4.8e-6   2.8e-5
     0.6    no          5.9e-4   5.3e-3
-Results are bitwise identical for any thread count (each group is summed by one thread).
+Results are bitwise identical for any thread count (each run is summed by one thread).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class TreeStats:
     groups: int = 0
     pp_interactions: int = 0
     pc_interactions: int = 0
+    pc_local_interactions: int = 0  # the part of pc delivered by the runs' local expansions
     mac_tests: int = 0
     seconds_sort: float = 0.0
     seconds_build: float = 0.0
@@ -86,6 +92,10 @@ class TreeStats:
         return self._per_body(self.pc_interactions)
 
     @property
+    def pc_local_per_body(self) -> float:
+        return self._per_body(self.pc_local_interactions)
+
+    @property
     def mac_per_body(self) -> float:
         return self._per_body(self.mac_tests)
 
@@ -97,6 +107,7 @@ class TreeStats:
     def __str__(self) -> str:
         rows = [f"{f.name:>24s} {getattr(self, f.name):.6g}" for f in fields(self)]
         rows += [f"{'pp / body':>24s} {self.pp_per_body:.1f}", f"{'pc / body':>24s} {self.pc_per_body:.1f}",
+                 f"{'  of which local / body':>24s} {self.pc_local_per_body:.1f}",
                  f"{'MAC tests / body':>24s} {self.mac_per_body:.1f}",
                  f"{'seconds total':>24s} {self.seconds_total:.4g}"]
         return "\n".join(rows)
@@ -158,6 +169,9 @@ class Tree:
     n_leaf : leaf capacity; n_crit : particles per group sharing one interaction list.
     alpha : optional relative opening criterion (GADGET); used from the second ``forces()``.
     threads : OpenMP threads (None: all). Results do not depend on it, bit for bit.
+    local_expansion : cells farther than 4 run radii from a run of groups reach it through a
+        4th-order local expansion (the default; its error is far below the tree's), or,
+        with False, through the list kernels like the others.
     precision : list kernels in "mixed" (float32 arithmetic on group-relative coordinates,
         float64 results; adds ~1e-6 relative error, far below the tree's own) or "double"
         (float64 throughout, the direct pipeline's double mode).
@@ -167,7 +181,7 @@ class Tree:
                  theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
-                 precision: str = "mixed"):
+                 precision: str = "mixed", local_expansion: bool = True):
         pos_a = as_float_array("pos", pos, (None, 3))
         mass_a = as_float_array("mass", mass, (None,))
         check_same_length(pos=pos_a, mass=mass_a)
@@ -184,8 +198,11 @@ class Tree:
         self.quad_tol = quad_tol
         self.eps, self.G = eps, G
         self.precision = _check_precision(precision)
+        if not isinstance(local_expansion, (bool, np.bool_)):
+            raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
+        self.local_expansion = bool(local_expansion)
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                nthreads, precision)
+                                nthreads, precision, self.local_expansion)
 
     @property
     def n(self) -> int:

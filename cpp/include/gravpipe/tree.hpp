@@ -43,6 +43,9 @@ struct TreeParams {
   /// systems (discs, filaments), so this is an opt-in for near-isotropic ones.
   /// >= 0; 0 (default): quadrupoles on every accepted cell.
   double quad_tol = 0;
+  /// Cells far from a run of groups reach its particles through one local expansion
+  /// about the run's centre (tree.cpp, tree_local.cpp) rather than the list kernels.
+  bool local_expansion = true;
   int n_leaf = 16;          // leaf capacity (cells of <= n_leaf particles are not split)
   int n_crit = 256;         // group size: cells of <= n_crit particles share one list
   double alpha = 0;         // relative (GADGET) criterion when > 0 and old |a| exist
@@ -55,6 +58,9 @@ struct TreeParams {
 struct TreeStats {
   std::uint64_t n_j = 0, n_i = 0, nodes = 0, leaves = 0, groups = 0;
   std::uint64_t pp_interactions = 0, pc_interactions = 0, mac_tests = 0;
+  /// the part of pc_interactions that reached the bodies through their run's local
+  /// expansion (cells far from the run) rather than through the list kernels
+  std::uint64_t pc_local_interactions = 0;
   double seconds_sort = 0, seconds_build = 0, seconds_moments = 0;
   // walk and evaluate run interleaved per group inside one parallel loop: they are
   // thread-seconds divided by the thread count, so they add up to that loop's wall time.

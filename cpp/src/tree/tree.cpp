@@ -15,6 +15,7 @@
 #include "gravpipe/error.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/tree.hpp"
+#include "tree_local.hpp"
 
 namespace gravpipe {
 
@@ -33,6 +34,7 @@ void check_params(const TreeParams& p) {
 
 /// Thread-private scratch of the group loop, reused from run to run.
 struct GroupScratch {
+  LocalExpansion local;
   InteractionList shared, list;
   std::vector<std::int32_t> frontier;
   GatheredList shared_gathered, gathered;
@@ -42,7 +44,7 @@ struct GroupScratch {
 /// Runs of consecutive groups (curve order, so spatially compact) that share the top of
 /// their walks: [first, last) group indices, at most kRunParticles i-particles each
 /// (a single larger group makes a run alone).
-constexpr std::int64_t kRunParticles = 1024;  // 512 / 2048 / 4096 measured slower
+constexpr std::int64_t kRunParticles = 2048;  // with the local expansion; 1024 / 4096 / 8192 slower
 std::vector<std::pair<std::size_t, std::size_t>> make_runs(const std::vector<Group>& groups) {
   std::vector<std::pair<std::size_t, std::size_t>> runs;
   std::size_t first = 0;
@@ -76,6 +78,29 @@ Group run_group(const Group* members, std::size_t n) {
     if (g.a_min > 0) r.a_min = r.a_min > 0 ? std::min(r.a_min, g.a_min) : g.a_min;
   }
   return r;
+}
+
+/// Shared cells at least this many run radii (half-diagonals of the run's box) from its
+/// centre enter the run's local expansion instead of the lists: the expansion's error
+/// there is ~(1/kLocalRadii)^(kLocalOrder) of those cells' pull at the run's corners.
+/// With order 4, 4 radii leave the errors of a Plummer sphere, a plane and a line as
+/// they are (order 3 needed 8-10 radii on the line).
+constexpr double kLocalRadii = 4.0;
+
+/// Move the cells of `cells[0, n)` that lie beyond r2_min from g into the expansion;
+/// returns how many stay (compacted to the front).
+std::size_t expand_far(std::int32_t* cells, std::size_t n, const TreeNodes& t, const double g[3],
+                       double r2_min, double eps2, bool quadrupole, LocalExpansion& local) {
+  std::size_t kept = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    const std::int32_t c = cells[q];
+    const double dx = t.cx[c] - g[0], dy = t.cy[c] - g[1], dz = t.cz[c] - g[2];
+    if (dx * dx + dy * dy + dz * dz >= r2_min)
+      local.add_cell(t, c, eps2, quadrupole);
+    else
+      cells[kept++] = c;
+  }
+  return kept;
 }
 
 std::size_t padded_count(std::size_t n) { return (n + kTreeIPad - 1) / kTreeIPad * kTreeIPad; }
@@ -233,10 +258,10 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
   const SourceView src = view();
   const bool mixed = params_.precision == Precision::Mixed;
   const auto runs = make_runs(groups);
-  std::uint64_t pp = 0, pc = 0, tests = 0;
+  std::uint64_t pp = 0, pc = 0, pc_local = 0, tests = 0;
   double t_walk = 0, t_eval = 0;
   const auto nr = static_cast<std::int64_t>(runs.size());
-#pragma omp parallel num_threads(threads_) reduction(+ : pp, pc, tests, t_walk, t_eval)
+#pragma omp parallel num_threads(threads_) reduction(+ : pp, pc, pc_local, tests, t_walk, t_eval)
   {
     GroupScratch w;
 #pragma omp for schedule(dynamic)
@@ -250,13 +275,33 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
       walk_run(nodes_, run, members, mac, w.shared, w.frontier);
       tests += w.shared.mac_tests;
       auto t1 = Clock::now();
-      // the shared cells, gathered once and evaluated once on all the run's particles
+      // the shared cells far from the run: one local expansion about its centre
+      const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
+      const std::size_t n_shared = w.shared.n_near + w.shared.n_far;
+      w.local.reset(run_centre);
+      if (params_.local_expansion) {
+        const double kappa = kLocalRadii;
+        const double hx = run.hi[0] - run.lo[0], hy = run.hi[1] - run.lo[1], hz = run.hi[2] - run.lo[2];
+        const double r2_min = kappa * kappa * 0.25 * (hx * hx + hy * hy + hz * hz);
+        w.shared.n_near = expand_far(w.shared.near_buf.data(), w.shared.n_near, nodes_, run_centre, r2_min,
+                                     eps2, params_.quadrupole, w.local);
+        w.shared.n_far = expand_far(w.shared.far_buf.data(), w.shared.n_far, nodes_, run_centre, r2_min,
+                                    eps2, false, w.local);
+      }
+      // the other shared cells, gathered once and evaluated once on all the run's particles
       // (relative to the run's centre: they are all beyond their opening radius from its box)
       w.shared_gathered.gather(w.shared, nodes_, src, params_.quadrupole, 0, 0, params_.precision, run_centre);
-      const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
       set_sinks(w.run_sinks, sinks, i_exclude, run, run_n, padded_count(run_n), mixed, run_centre);
       evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n), eps2, isa_);
-      pc += run_n * w.shared_gathered.n_cells();
+      const std::size_t n_expanded = n_shared - w.shared.n_near - w.shared.n_far;
+      pc_local += run_n * n_expanded;
+      if (n_expanded > 0)
+        for (std::size_t q = 0; q < run_n; ++q) {
+          const auto i = static_cast<std::size_t>(run.i_begin) + q;
+          GroupSinks& rs = w.run_sinks;
+          w.local.evaluate(sinks.x[i], sinks.y[i], sinks.z[i], rs.ax[q], rs.ay[q], rs.az[q], rs.pot[q]);
+        }
+      pc += run_n * n_shared;
       t_walk += std::chrono::duration<double>(t1 - t0).count();
       t_eval += seconds_since(t1);
       for (const Group& g : members) {
@@ -293,6 +338,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
   stats_.groups = groups.size();
   stats_.pp_interactions = pp;
   stats_.pc_interactions = pc;
+  stats_.pc_local_interactions = pc_local;
   stats_.mac_tests = tests;
   stats_.seconds_walk = t_walk * scale;
   stats_.seconds_evaluate = t_eval * scale;
