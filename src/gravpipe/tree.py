@@ -21,7 +21,7 @@ particle-cell terms are the monopole (softened like a particle) plus the quadrup
 term of the softened potential's Taylor expansion, which tends to the softened particle
 sum as cells shrink. Consecutive groups form runs of <= 2048 particles that walk the top
 of the tree once; the cells a whole run accepts are evaluated on all its particles at
-once, and those farther than 4 run radii (half-diagonals of its box) from its centre
+once, and those farther than 5 run radii (half-diagonals of its box) from its centre
 enter a 4th-order local (Taylor) expansion of their softened monopole + quadrupole field
 about that centre instead (``stats.pc_local_interactions``), whose error there is far below
 the multipoles' own.
@@ -169,7 +169,7 @@ class Tree:
     n_leaf : leaf capacity; n_crit : particles per group sharing one interaction list.
     alpha : optional relative opening criterion (GADGET); used from the second ``forces()``.
     threads : OpenMP threads (None: all). Results do not depend on it, bit for bit.
-    local_expansion : cells farther than 4 run radii from a run of groups reach it through a
+    local_expansion : cells farther than 5 run radii from a run of groups reach it through a
         4th-order local expansion (the default; its error is far below the tree's), or,
         with False, through the list kernels like the others.
     precision : list kernels in "mixed" (float32 arithmetic on group-relative coordinates,

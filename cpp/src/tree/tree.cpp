@@ -83,9 +83,10 @@ Group run_group(const Group* members, std::size_t n) {
 /// Shared cells at least this many run radii (half-diagonals of the run's box) from its
 /// centre enter the run's local expansion instead of the lists: the expansion's error
 /// there is ~(1/kLocalRadii)^(kLocalOrder) of those cells' pull at the run's corners.
-/// With order 4, 4 radii leave the errors of a Plummer sphere, a plane and a line as
-/// they are (order 3 needed 8-10 radii on the line).
-constexpr double kLocalRadii = 4.0;
+/// With order 4, 5 radii leave the errors of a Plummer sphere, a uniform cube, a plane
+/// and a line as they are (4 radii: the cube's p99 +20%, 3: the line's x2; order 3
+/// needed 8-10 radii on the line).
+constexpr double kLocalRadii = 5.0;
 
 /// Move the cells of `cells[0, n)` that lie beyond r2_min from g into the expansion;
 /// returns how many stay (compacted to the front).
