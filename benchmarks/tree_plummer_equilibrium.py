@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--t-end", type=float, default=10.0)
     ap.add_argument("--dt", type=float, default=1 / 128)
     ap.add_argument("--eps", type=float, default=1 / 64)
-    ap.add_argument("--theta", type=float, default=0.5)
+    ap.add_argument("--theta", type=float, default=gp.tree.DEFAULT_THETA)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()

@@ -24,8 +24,11 @@ def gravpipe(*args, timeout=120):
 
 @pytest.fixture(scope="module")
 def measured():
-    return bt.run(sizes=[N], models=["plummer", "cube"], thetas=[0.5, 0.8], quadrupoles=[True, False],
+    return bt.run(sizes=[N], models=["plummer", "cube"], thetas=[SW, 0.8], quadrupoles=[True, False],
                   repeat=1, sample=1000)
+
+
+SW = bt.SW_THETA  # the default opening angle, which the Salmon & Warren line reports
 
 
 def row(results, model, quad, theta):
@@ -46,13 +49,13 @@ def test_one_row_per_combination_and_one_reference_per_model_and_n(measured):
 @pytest.mark.parametrize("model", ["plummer", "cube"])
 @pytest.mark.parametrize("quad", [True, False])
 def test_errors_fall_as_theta_falls(measured, model, quad):
-    small, large = row(measured[0], model, quad, 0.5), row(measured[0], model, quad, 0.8)
+    small, large = row(measured[0], model, quad, SW), row(measured[0], model, quad, 0.8)
     assert small.error_median < large.error_median
     assert small.error_p99 < large.error_p99
 
 
 @pytest.mark.parametrize("model", ["plummer", "cube"])
-@pytest.mark.parametrize("theta", [0.5, 0.8])
+@pytest.mark.parametrize("theta", [SW, 0.8])
 def test_quadrupole_beats_monopole(measured, model, theta):
     q, m = row(measured[0], model, True, theta), row(measured[0], model, False, theta)
     assert q.error_median < m.error_median and q.error_p99 < m.error_p99
@@ -73,7 +76,7 @@ def test_work_and_times_are_consistent(measured):
         assert 0 < r.error_median < r.error_p99 < 0.1
     # fewer interactions at the larger opening angle
     for model in ("plummer", "cube"):
-        wide, narrow = row(measured[0], model, True, 0.8), row(measured[0], model, True, 0.5)
+        wide, narrow = row(measured[0], model, True, 0.8), row(measured[0], model, True, SW)
         assert wide.interactions_per_body < narrow.interactions_per_body
 
 
@@ -81,9 +84,9 @@ def test_error_agrees_with_an_independent_numpy_reference(measured):
     """The sample's median against a float64 numpy all-pairs sum over every particle."""
     import gravpipe as gp
 
-    r = row(measured[0], "plummer", True, 0.5)
+    r = row(measured[0], "plummer", True, SW)
     pos, mass = bt.make_model("plummer", N)
-    acc, _ = gp.Tree(pos, mass, r.eps, theta=0.5, quadrupole=True).forces()
+    acc, _ = gp.Tree(pos, mass, r.eps, theta=SW, quadrupole=True).forces()
     ref, _ = numpy_all_pairs(pos, mass, r.eps)
     err = np.linalg.norm(acc - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert r.error_median == pytest.approx(np.median(err), rel=0.25)
@@ -101,11 +104,11 @@ def test_models():
 
 def test_salmon_warren_line(measured):
     line = bt.sw_comparison(measured[0])
-    r = row(measured[0], "cube", True, 0.5)
+    r = row(measured[0], "cube", True, SW)
     assert line.startswith("Salmon & Warren") and f"{r.interactions_per_body:.0f} interactions/body" in line
     assert f"{r.mac_per_body:.1f} MAC tests/body" in line
     assert bt.sw_comparison([x for x in measured[0] if x.model == "plummer"]) is None
-    assert bt.sw_comparison([x for x in measured[0] if x.theta != 0.5]) is None
+    assert bt.sw_comparison([x for x in measured[0] if x.theta != SW]) is None
     assert bt.sw_comparison([x for x in measured[0] if not x.quadrupole]) is None
 
 
@@ -146,7 +149,7 @@ def test_cli_json_to_stdout_and_options(capsys):
     assert (r["model"], r["n"], r["theta"], r["quadrupole"], r["precision"], r["threads"], r["eps"]) == \
         ("cube", 1500, 0.6, False, "double", 1, 0.01)
     assert "x direct" in err  # the tables go to stderr when the JSON takes stdout
-    assert "Salmon" not in err  # theta 0.5 with quadrupoles is not in the run
+    assert "Salmon" not in err  # the default theta with quadrupoles is not in the run
 
 
 @pytest.mark.parametrize("args, message", [

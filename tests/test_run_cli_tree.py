@@ -54,7 +54,7 @@ def test_tree_run_writes_snapshot_diagnostics_and_checkpoint(capsys, tmp_path, m
 def test_tree_without_integrator_uses_leapfrog_and_says_so(capsys):
     code, stdout, err = run_main(capsys, "run", "-n", "200", "--gravity", "tree", "--t-end", "1/64")
     assert code == 0, err
-    assert "gravity tree (theta 0.5), leapfrog (dt 0.0078125)" in stdout  # both defaults
+    assert "gravity tree (theta 0.6), leapfrog (dt 0.0078125)" in stdout  # both defaults
     assert "leapfrog chosen for gravity tree" in stdout
 
 
@@ -157,7 +157,7 @@ def test_tree_mistakes_are_one_line_naming_the_option(workdir, capsys, args, mes
 def test_resume_of_a_tree_run_keeps_gravity_and_theta(workdir, capsys):
     code, stdout, err = run_main(capsys, "run", "--resume", "done", "--t-end", "1/32")
     assert code == 0, err
-    assert "gravity tree (theta 0.5), leapfrog" in stdout
+    assert "gravity tree (theta 0.6), leapfrog" in stdout
 
 
 def test_unknown_gravity_is_rejected_by_the_parser(capsys):

@@ -78,7 +78,7 @@ def test_small_theta_matches_direct_sum(plummer_case):
 
 
 def test_default_accuracy_figure(plummer_case):
-    """The documented default (theta = 0.5, quadrupoles) on a Plummer sphere."""
+    """The documented default (theta = 0.6, quadrupoles) on a Plummer sphere."""
     pos, mass, eps, (sel, ra, _) = plummer_case
     acc, _ = gp.Tree(pos, mass, eps).forces()
     e = rel_errors(acc[sel], ra)
@@ -235,6 +235,12 @@ def test_accel_method_tree():
     assert np.median(rel_errors(a_tree, a_dir)) < 1e-4
     with pytest.raises(ValueError, match="method"):
         gp.accel(pos, mass, method="fmm")
+    with pytest.raises(ValueError, match="theta"):
+        gp.accel(pos, mass, theta=0.5)  # direct summation has no opening angle
+    with pytest.raises(ValueError, match="backend"):
+        gp.accel(pos, mass, method="tree", backend="cuda")
+    a_d, _ = gp.accel(pos, mass, 0.01, method="tree", theta=0.3, precision="double")
+    assert 0 < np.max(np.abs(a_d - a_tree)) < 1e-5 * np.max(np.abs(a_d))  # precision reaches the tree
 
 
 @pytest.mark.parametrize("kwargs, match", [

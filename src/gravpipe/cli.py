@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--precision", choices=["mixed", "double"], default="mixed",
                     help="tree kernels (default mixed; the direct reference is always double)")
     bt.add_argument("--quick", action="store_true",
-                    help="N = 20000, 100000, theta 0.5 0.8, repeat 1 (options given explicitly still apply)")
+                    help="N = 20000, 100000, theta 0.6 0.8, repeat 1 (options given explicitly still apply)")
     bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     return parser
 
@@ -128,7 +128,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"force solver: direct summation (default) or the Barnes-Hut treecode "
                         f"(O(N log N); {TREE_INTEGRATOR} only)")
     r.add_argument("--theta", type=_fraction_or_float, default=None,
-                   help="opening angle of --gravity tree (default 0.5; smaller: more accurate, slower)")
+                   help="opening angle of --gravity tree (default 0.6; smaller: more accurate, slower)")
     r.add_argument("--t-end", type=_fraction_or_float, default=None, help=f"end time (default {DEFAULT_T_END:g})")
     r.add_argument("--snap-every", type=_fraction_or_float, default=None,
                    help="snapshot interval (with --out; default: one snapshot at t_end)")

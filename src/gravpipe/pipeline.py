@@ -245,19 +245,26 @@ def _check_results(acc: np.ndarray, pot: np.ndarray, jerk: np.ndarray | None) ->
 
 
 def accel(pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
-          method: str = "direct", theta: float = 0.5, precision: str = "mixed", backend: str = "auto",
+          method: str = "direct", theta: float | None = None, precision: str = "mixed", backend: str = "auto",
           threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Self-gravity of one particle set, each particle's own term excluded.
 
     pos (N,3), mass (N,) -> (acc (N,3), pot (N,)).
     method "direct": all pairs on the pipeline (accuracy as for :class:`Pipeline`).
-    method "tree": the Barnes-Hut treecode with opening angle ``theta`` and quadrupoles
-    (accuracy in :mod:`gravpipe.tree`; ``precision`` and ``backend`` do not apply).
+    method "tree": the Barnes-Hut treecode with opening angle ``theta`` (default
+    ``gravpipe.tree.DEFAULT_THETA``) and quadrupoles, ``precision`` for its list kernels
+    (accuracy in :mod:`gravpipe.tree`); it runs on the CPU, so ``backend`` must be "auto"
+    or "cpu".
     """
     if method == "tree":
-        from gravpipe.tree import Tree
+        from gravpipe.tree import DEFAULT_THETA, Tree
 
-        return Tree(pos, mass, eps=eps, G=G, theta=theta, threads=threads).forces()
+        if backend not in ("auto", "cpu"):
+            raise ValueError(f"backend: method='tree' runs on the CPU; got backend={backend!r}")
+        return Tree(pos, mass, eps=eps, G=G, theta=DEFAULT_THETA if theta is None else theta,
+                    threads=threads, precision=precision).forces()
+    if theta is not None:
+        raise ValueError("theta: only for method='tree'")
     if method != "direct":
         raise ValueError(f"method: unknown {method!r} (expected 'direct' or 'tree')")
     pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)

@@ -11,7 +11,7 @@ underscores or dashes), for example::
     checkpoint_every = 0.5
     out = "run1"          # relative paths are relative to the directory of run.toml
 
-``gravity = "tree"`` (with ``theta = 0.7``, default 0.5) runs the Barnes-Hut treecode, which
+``gravity = "tree"`` (with ``theta = 0.7``, default 0.6) runs the Barnes-Hut treecode, which
 needs the leapfrog integrator: ``gravpipe run`` uses leapfrog for it when ``integrator``
 is not given and rejects an explicit hermite.
 
@@ -62,7 +62,7 @@ class RunSettings:
     seed: int = DEFAULT_SEED
     integrator: str = "hermite"
     gravity: str = "direct"
-    theta: float | None = None  # tree opening angle (None: Simulation's default, 0.5)
+    theta: float | None = None  # tree opening angle (None: Simulation's default, 0.6)
     t_end: float = DEFAULT_T_END
     snap_every: float | None = None
     checkpoint_every: float | None = None

@@ -29,7 +29,7 @@ from gravpipe.io.atomic import atomic_open
 from gravpipe.particles import Particles
 from gravpipe.backends import resolve_backend
 from gravpipe.pipeline import Pipeline
-from gravpipe.tree import Tree, TreeGravity
+from gravpipe.tree import DEFAULT_THETA, Tree, TreeGravity
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
 # Tree runs measure their potential energy with a tree of this opening angle (float64 list
@@ -97,7 +97,7 @@ class Simulation:
     ----------
     particles : Particles (N-body units by default: G = M = 1).
     gravity : "direct" (O(N^2) on the force pipeline) or "tree" (Barnes-Hut treecode,
-        opening angle ``theta``, default 0.5 with quadrupoles; leapfrog only, as the tree
+        opening angle ``theta``, default ``tree.DEFAULT_THETA`` (0.6) with quadrupoles; leapfrog only, as the tree
         gives no jerks; ``precision`` selects its list kernels, as for the pipeline; the
         tree runs on the CPU, so ``backend`` must be "auto" or "cpu").
     integrator : "hermite" (block time steps; takes eta, eta_s, dt_max) or "leapfrog"
@@ -128,7 +128,7 @@ class Simulation:
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec = spec
         if gravity == "tree":
-            theta = 0.5 if theta is None else theta
+            theta = DEFAULT_THETA if theta is None else theta
             if backend == "cuda":
                 raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' "
                                  "(use 'cpu' or 'auto')")
