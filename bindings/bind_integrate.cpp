@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "ndarray_views.hpp"
 #include "gravpipe/hermite.hpp"
 #include "gravpipe/leapfrog.hpp"
 #include "gravpipe/pipeline.hpp"
@@ -17,8 +18,7 @@ using namespace gravpipe;
 
 namespace {
 
-using CVec3 = nb::ndarray<const double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
-using CScalars = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using bindings::CScalars, bindings::CVec3;
 using CF64 = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CI64 = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 

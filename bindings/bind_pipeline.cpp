@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "ndarray_views.hpp"
 #include "gravpipe/pipeline.hpp"
 
 namespace nb = nanobind;
@@ -15,16 +16,8 @@ using gravpipe::Span;
 
 namespace {
 
-using CVec3 = nb::ndarray<const double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
-using CScalars = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Vec3Out = nb::ndarray<double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
-using ScalarsOut = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Indices = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-template <class A>
-auto span_of(const A& a) {
-  return Span<std::remove_pointer_t<decltype(a.data())>>(a.data(), a.size());
-}
+using gravpipe::bindings::CScalars, gravpipe::bindings::CVec3, gravpipe::bindings::Indices;
+using gravpipe::bindings::ScalarsOut, gravpipe::bindings::Vec3Out, gravpipe::bindings::span_of;
 template <class A>
 auto span_of(const std::optional<A>& a) -> decltype(span_of(*a)) {
   return a ? span_of(*a) : decltype(span_of(*a)){};

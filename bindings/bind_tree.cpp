@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "ndarray_views.hpp"
 #include "gravpipe/tree.hpp"
 
 namespace nb = nanobind;
@@ -14,16 +15,8 @@ using namespace gravpipe;
 
 namespace {
 
-using CVec3 = nb::ndarray<const double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
-using CScalars = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Vec3Out = nb::ndarray<double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
-using ScalarsOut = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Indices = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-template <class A>
-auto span_of(const A& a) {
-  return Span<std::remove_pointer_t<decltype(a.data())>>(a.data(), a.size());
-}
+using gravpipe::bindings::CScalars, gravpipe::bindings::CVec3, gravpipe::bindings::Indices;
+using gravpipe::bindings::ScalarsOut, gravpipe::bindings::Vec3Out, gravpipe::bindings::span_of;
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
                        int n_crit, double alpha, int threads, const std::string& precision,

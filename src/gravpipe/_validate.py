@@ -71,3 +71,17 @@ def check_positive_scalar(name: str, value: float, allow_zero: bool = True) -> f
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name}: must be finite and {bound}, got {value!r}")
     return v
+
+
+def check_sources(pos: ArrayLike, mass: ArrayLike, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate source particles: pos (N,3) and mass (N,) >= 0 as float64 arrays, N >= 1.
+    ``what`` names the set in the error for an empty one (e.g. "j-particle set")."""
+    pos_a = as_float_array("pos", pos, (None, 3))
+    mass_a = as_float_array("mass", mass, (None,))
+    check_same_length(pos=pos_a, mass=mass_a)
+    if len(mass_a) == 0:
+        raise ValueError(f"pos: empty {what}")
+    negative = np.flatnonzero(mass_a < 0)
+    if negative.size:
+        raise ValueError(f"mass: negative value {mass_a[negative[0]]!r} at index {negative[0]}")
+    return pos_a, mass_a

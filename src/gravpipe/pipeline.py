@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_same_length
+from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_same_length, check_sources
 from gravpipe.backends import BackendUnavailableError, available_backends, resolve_backend
 
 __all__ = ["Pipeline", "PipelineStats", "accel", "available_backends", "BackendUnavailableError"]
@@ -154,14 +154,7 @@ class Pipeline:
 
     def set_j(self, pos: ArrayLike, mass: ArrayLike, vel: ArrayLike | None = None) -> None:
         """j-particle write: pos (N,3), mass (N,) >= 0, vel (N,3) (needed for jerk)."""
-        pos_a = as_float_array("pos", pos, (None, 3))
-        mass_a = as_float_array("mass", mass, (None,))
-        check_same_length(pos=pos_a, mass=mass_a)
-        if len(mass_a) == 0:
-            raise ValueError("pos: empty j-particle set")
-        negative = np.flatnonzero(mass_a < 0)
-        if negative.size:
-            raise ValueError(f"mass: negative value {mass_a[negative[0]]!r} at index {negative[0]}")
+        pos_a, mass_a = check_sources(pos, mass, "j-particle set")
         self._check_range("pos", pos_a)
         vel_a = None
         if vel is not None:

@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_same_length
+from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_sources
 
 __all__ = ["Tree", "TreeStats", "check_tree_params"]
 
@@ -185,14 +185,7 @@ class Tree:
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
                  precision: str = "mixed", local_expansion: bool = True):
-        pos_a = as_float_array("pos", pos, (None, 3))
-        mass_a = as_float_array("mass", mass, (None,))
-        check_same_length(pos=pos_a, mass=mass_a)
-        if len(mass_a) == 0:
-            raise ValueError("pos: empty particle set")
-        negative = np.flatnonzero(mass_a < 0)
-        if negative.size:
-            raise ValueError(f"mass: negative value {mass_a[negative[0]]!r} at index {negative[0]}")
+        pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = _check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)

@@ -1,0 +1,27 @@
+// The array types the bindings accept and return, and their views as gravpipe::Span.
+// Arrays reach the bindings validated and C-contiguous from the Python layer.
+#pragma once
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gravpipe/span.hpp"
+
+namespace gravpipe::bindings {
+
+namespace nb = nanobind;
+
+using CVec3 = nb::ndarray<const double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
+using CScalars = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Vec3Out = nb::ndarray<double, nb::shape<-1, 3>, nb::c_contig, nb::device::cpu>;
+using ScalarsOut = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Indices = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+/// The array's elements as a Span (no copy).
+template <class A>
+auto span_of(const A& a) {
+  return Span<std::remove_pointer_t<decltype(a.data())>>(a.data(), a.size());
+}
+
+}  // namespace gravpipe::bindings
