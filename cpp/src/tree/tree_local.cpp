@@ -44,12 +44,15 @@ constexpr double radial_coefficient(int m) {
   return c;
 }
 
-/// How D_(a,b,c) follows from lower orders: the axis of its last derivative, the indices
-/// of (a,b,c) less one and less two along it, and the count along it less one.
+/// One step of the recurrence below, on the flat table aux[m * kTerms + index]:
+/// aux[dst] = r[axis] aux[src1] + k aux[src2] (k = 0 where there is no second term).
 struct Recurrence {
-  int index, order, axis, minus1, minus2, k;
+  int dst, axis, src1, src2;
+  double k;
 };
 
+/// The steps for every D^(m)_(a,b,c) with a+b+c >= 1 and m <= kMaxOrder - (a+b+c), in an
+/// order where each step's sources are done (by increasing order a+b+c).
 const std::vector<Recurrence>& recurrences() {
   static const std::vector<Recurrence> table = [] {
     std::vector<Recurrence> v;
@@ -63,7 +66,9 @@ const std::vector<Recurrence>& recurrences() {
           const int m1 = multi_index(e[0], e[1], e[2]), k = e[axis];
           e[axis] -= 1;
           const int m2 = k > 0 ? multi_index(e[0], e[1], e[2]) : 0;
-          v.push_back({multi_index(a, b, c), n, axis, m1, m2, k});
+          for (int m = 0; m + n <= kMaxOrder; ++m)
+            v.push_back({m * kTerms + multi_index(a, b, c), axis, (m + 1) * kTerms + m1,
+                         (m + 1) * kTerms + m2, static_cast<double>(k)});
         }
     return v;
   }();
@@ -73,17 +78,14 @@ const std::vector<Recurrence>& recurrences() {
 /// All derivatives D_(a,b,c), a+b+c <= kMaxOrder, of 1/sqrt(|r|^2 + eps^2) at r, by the
 /// recurrence  D^(m)_(a+1,b,c) = x D^(m+1)_(a,b,c) + a D^(m+1)_(a-1,b,c)  on the
 /// auxiliary D^(m) = d^(a,b,c) [2^m f^(m)(|r|^2)], f(s) = (s + eps^2)^(-1/2), whose
-/// order-0 values are (-1)^m (2m-1)!! R^-(2m+1); D = D^(0). ~250 flops.
-void derivatives(double x, double y, double z, double eps2, double* d) {
+/// order-0 values are (-1)^m (2m-1)!! R^-(2m+1); D = D^(0), the first kTerms entries of
+/// `aux` ((kMaxOrder + 1) kTerms of them). ~3 flops per step, ~210 steps at order 6.
+void derivatives(double x, double y, double z, double eps2, double* aux) {
   const double rinv = 1 / std::sqrt(x * x + y * y + z * z + eps2), rinv2 = rinv * rinv;
   const double r[3] = {x, y, z};
-  double aux[kMaxOrder + 1][kTerms];
   double radial = rinv;  // R^-(2m+1)
-  for (int m = 0; m <= kMaxOrder; ++m, radial *= rinv2) aux[m][0] = radial_coefficient(m) * radial;
-  for (const Recurrence& t : recurrences())
-    for (int m = 0; m + t.order <= kMaxOrder; ++m)
-      aux[m][t.index] = r[t.axis] * aux[m + 1][t.minus1] + (t.k > 0 ? t.k * aux[m + 1][t.minus2] : 0.0);
-  for (int q = 0; q < kTerms; ++q) d[q] = aux[0][q];
+  for (int m = 0; m <= kMaxOrder; ++m, radial *= rinv2) aux[m * kTerms] = radial_coefficient(m) * radial;
+  for (const Recurrence& t : recurrences()) aux[t.dst] = r[t.axis] * aux[t.src1] + t.k * aux[t.src2];
 }
 
 /// For each local coefficient b (|b| <= kLocalOrder, in table order): the index of D_b,
@@ -118,7 +120,7 @@ void LocalExpansion::reset(const double centre[3]) {
 }
 
 void LocalExpansion::add_cell(const TreeNodes& t, std::int32_t c, double eps2, bool quadrupole) {
-  double d[kTerms];
+  double d[(kMaxOrder + 1) * kTerms];  // D in the first kTerms
   derivatives(t.cx[c] - g_[0], t.cy[c] - g_[1], t.cz[c] - g_[2], eps2, d);
   const double m = t.mass[c];
   // 1/2 S_ij with S = (Q + T I) / 3 from the traceless Q and the trace T; the off-diagonal
