@@ -5,6 +5,13 @@
 // tree lists) live elsewhere; the physics lives here.
 #pragma once
 
+// Host and device: the CUDA kernels (cpp/src/cuda) call the same functions.
+#if defined(__CUDACC__)
+#define GRAVPIPE_HOST_DEVICE __host__ __device__
+#else
+#define GRAVPIPE_HOST_DEVICE
+#endif
+
 namespace gravpipe {
 
 /// Running sums for one set of i lanes. pot accumulates sum m/r (positive); the sign and
@@ -17,7 +24,7 @@ struct PairSums {
 
 /// r^2 = |d|^2 + eps^2 (Plummer softening).
 template <class V>
-inline V softened_r2(V dx, V dy, V dz, V eps2) {
+GRAVPIPE_HOST_DEVICE inline V softened_r2(V dx, V dy, V dz, V eps2) {
   return fmadd(dz, dz, fmadd(dy, dy, fmadd(dx, dx, eps2)));
 }
 
@@ -25,7 +32,7 @@ inline V softened_r2(V dx, V dy, V dz, V eps2) {
 /// an excluded pair). With kJerk, also dv = v_j - v_i and the jerk
 /// m [dv / r^3 - 3 (d.dv) d / r^5].
 template <bool kJerk, class V>
-inline void add_pair(PairSums<V>& s, V dx, V dy, V dz, V dvx, V dvy, V dvz, V mj, V rinv,
+GRAVPIPE_HOST_DEVICE inline void add_pair(PairSums<V>& s, V dx, V dy, V dz, V dvx, V dvy, V dvz, V mj, V rinv,
                      V three) {
   const V mr = mj * rinv;
   const V rinv2 = rinv * rinv;
