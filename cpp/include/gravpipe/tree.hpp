@@ -5,11 +5,12 @@
 // interaction (pair_interaction.hpp).
 //
 // The pieces are separate functions over plain data, one file each in cpp/src/tree/:
-//   tree_keys.cpp      keys and curve order (parallel sort)
+//   tree_keys.cpp      keys and curve order (parallel radix sort)
 //   tree_build.cpp     octree from the sorted keys
 //   tree_moments.cpp   mass, centre of mass, bounding box, quadrupole, opening radius
-//   tree_walk.cpp      groups, MAC, interaction lists
+//   tree_walk.cpp      groups, MAC, interaction lists, walks shared by runs of groups
 //   tree_evaluate.cpp  list evaluation (SIMD lanes over the group's i-particles)
+//   tree_local.cpp     local (Taylor) expansions of far cells about a run's centre
 //   tree.cpp           the Tree that ties them together, and its ForceProvider
 // Tree, walk and evaluation read particles through a SourceView (spans), never through
 // owned arrays, so that the out-of-core store can later serve the same code from pages.
