@@ -85,3 +85,14 @@ def check_sources(pos: ArrayLike, mass: ArrayLike, what: str) -> tuple[np.ndarra
     if negative.size:
         raise ValueError(f"mass: negative value {mass_a[negative[0]]!r} at index {negative[0]}")
     return pos_a, mass_a
+
+
+def check_G(G: float) -> float:
+    """The gravitational constant as a float: finite and > 0."""
+    try:
+        G = float(G)
+    except (TypeError, ValueError):
+        raise ValueError(f"G: expected a number, got {G!r}") from None
+    if not np.isfinite(G) or G <= 0:
+        raise ValueError(f"G: must be finite and > 0, got {G!r}")
+    return G

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_same_length, check_sources
+from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_same_length, check_sources
 from gravpipe.backends import BackendUnavailableError, available_backends, resolve_backend
 
 __all__ = ["Pipeline", "PipelineStats", "accel", "available_backends", "BackendUnavailableError"]
@@ -113,12 +113,7 @@ class Pipeline:
         if precision not in PRECISIONS:
             raise ValueError(f"precision: unknown mode {precision!r} (expected 'mixed' or 'double')")
         eps = check_positive_scalar("eps", eps)
-        try:
-            G = float(G)
-        except (TypeError, ValueError):
-            raise ValueError(f"G: expected a number, got {G!r}") from None
-        if not np.isfinite(G) or G <= 0:
-            raise ValueError(f"G: must be finite and > 0, got {G!r}")
+        G = check_G(G)
         if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
             raise ValueError(f"threads: must be a positive integer or None, got {threads!r}")
         info = resolve_backend(backend)

@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe._validate import as_float_array, as_index_array, check_positive_scalar, check_sources
+from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 
 __all__ = ["Tree", "TreeStats", "check_tree_params"]
 
@@ -135,16 +135,6 @@ def check_tree_params(theta: float, n_leaf: int, n_crit: int, alpha: float | Non
     return theta, int(n_leaf), int(n_crit), a, int(threads or 0)
 
 
-def _check_G(G: float) -> float:
-    try:
-        G = float(G)
-    except (TypeError, ValueError):
-        raise ValueError(f"G: expected a number, got {G!r}") from None
-    if not np.isfinite(G) or G <= 0:
-        raise ValueError(f"G: must be finite and > 0, got {G!r}")
-    return G
-
-
 def _check_precision(precision: str) -> str:
     if precision not in ("mixed", "double"):
         raise ValueError(f"precision: unknown mode {precision!r} (expected 'mixed' or 'double')")
@@ -187,7 +177,7 @@ class Tree:
                  precision: str = "mixed", local_expansion: bool = True):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
-        G = _check_G(G)
+        G = check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         quad_tol = check_quad_tol(quad_tol)
         self.theta, self.quadrupole, self.n_leaf, self.n_crit, self.alpha = theta, bool(quadrupole), n_leaf, n_crit, alpha
@@ -268,7 +258,7 @@ class TreeGravity:
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
                  threads: int | None = None, precision: str = "mixed"):
         eps = check_positive_scalar("eps", eps)
-        G = _check_G(G)
+        G = check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta = theta
         quad_tol = check_quad_tol(quad_tol)

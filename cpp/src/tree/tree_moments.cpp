@@ -19,6 +19,18 @@ void resize_moments(TreeNodes& t) {
     v->assign(n, 0.0);
 }
 
+/// Store the cell's bounding box, mass and com; a massless cell pulls nothing, and its
+/// com is put at the box centre to stay finite.
+void set_box_mass_com(TreeNodes& t, std::size_t c, const double lo[3], const double hi[3], double m,
+                      double sx, double sy, double sz) {
+  t.lo_x[c] = lo[0], t.lo_y[c] = lo[1], t.lo_z[c] = lo[2];
+  t.hi_x[c] = hi[0], t.hi_y[c] = hi[1], t.hi_z[c] = hi[2];
+  t.mass[c] = m;
+  t.cx[c] = m > 0 ? sx / m : 0.5 * (lo[0] + hi[0]);
+  t.cy[c] = m > 0 ? sy / m : 0.5 * (lo[1] + hi[1]);
+  t.cz[c] = m > 0 ? sz / m : 0.5 * (lo[2] + hi[2]);
+}
+
 /// Second moments of the cell's particles about its com: Q (traceless) and T = sum m y^2.
 void leaf_moments(TreeNodes& t, std::size_t c, const SourceView& p) {
   double m = 0, sx = 0, sy = 0, sz = 0;
@@ -28,13 +40,7 @@ void leaf_moments(TreeNodes& t, std::size_t c, const SourceView& p) {
     m += mk, sx += mk * r[0], sy += mk * r[1], sz += mk * r[2];
     for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], r[a]), hi[a] = std::max(hi[a], r[a]);
   }
-  t.lo_x[c] = lo[0], t.lo_y[c] = lo[1], t.lo_z[c] = lo[2];
-  t.hi_x[c] = hi[0], t.hi_y[c] = hi[1], t.hi_z[c] = hi[2];
-  t.mass[c] = m;
-  // a massless cell pulls nothing; its com is put at the box centre to stay finite
-  t.cx[c] = m > 0 ? sx / m : 0.5 * (lo[0] + hi[0]);
-  t.cy[c] = m > 0 ? sy / m : 0.5 * (lo[1] + hi[1]);
-  t.cz[c] = m > 0 ? sz / m : 0.5 * (lo[2] + hi[2]);
+  set_box_mass_com(t, c, lo, hi, m, sx, sy, sz);
   double xx = 0, xy = 0, xz = 0, yy = 0, yz = 0, zz = 0;
   for (std::int64_t k = t.begin[c]; k < t.end[c]; ++k) {
     const double mk = p.m[k], dx = p.x[k] - t.cx[c], dy = p.y[k] - t.cy[c], dz = p.z[k] - t.cz[c];
@@ -57,12 +63,7 @@ void parent_moments(TreeNodes& t, std::size_t c) {
     lo[1] = std::min(lo[1], t.lo_y[k]), hi[1] = std::max(hi[1], t.hi_y[k]);
     lo[2] = std::min(lo[2], t.lo_z[k]), hi[2] = std::max(hi[2], t.hi_z[k]);
   }
-  t.lo_x[c] = lo[0], t.lo_y[c] = lo[1], t.lo_z[c] = lo[2];
-  t.hi_x[c] = hi[0], t.hi_y[c] = hi[1], t.hi_z[c] = hi[2];
-  t.mass[c] = m;
-  t.cx[c] = m > 0 ? sx / m : 0.5 * (lo[0] + hi[0]);
-  t.cy[c] = m > 0 ? sy / m : 0.5 * (lo[1] + hi[1]);
-  t.cz[c] = m > 0 ? sz / m : 0.5 * (lo[2] + hi[2]);
+  set_box_mass_com(t, c, lo, hi, m, sx, sy, sz);
   double xx = 0, xy = 0, xz = 0, yy = 0, yz = 0, zz = 0, tr = 0;
   for (std::size_t k = c0; k < c1; ++k) {
     // parallel-axis shift of the child's moments from its com to ours
