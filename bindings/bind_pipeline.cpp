@@ -18,12 +18,10 @@ namespace {
 
 using gravpipe::bindings::CScalars, gravpipe::bindings::CVec3, gravpipe::bindings::Indices;
 using gravpipe::bindings::ScalarsOut, gravpipe::bindings::Vec3Out, gravpipe::bindings::span_of;
-template <class A>
-auto span_of(const std::optional<A>& a) -> decltype(span_of(*a)) {
-  return a ? span_of(*a) : decltype(span_of(*a)){};
-}
+using gravpipe::bindings::stats_dict;
+}  // namespace
 
-nb::dict stats_dict(const gravpipe::PipelineStats& s) {
+nb::dict gravpipe::bindings::stats_dict(const gravpipe::PipelineStats& s) {
   nb::dict d;
   d["calls"] = s.calls;
   d["interactions"] = s.interactions;
@@ -40,8 +38,6 @@ nb::dict stats_dict(const gravpipe::PipelineStats& s) {
   d["far_tile_visits"] = s.far_tile_visits;
   return d;
 }
-
-}  // namespace
 
 void bind_pipeline(nb::module_& m) {
   // The interface integrators take their forces through; CpuPipeline and the tree's

@@ -4,8 +4,10 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
+#include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
 
 namespace gravpipe::bindings {
@@ -18,10 +20,19 @@ using Vec3Out = nb::ndarray<double, nb::shape<-1, 3>, nb::c_contig, nb::device::
 using ScalarsOut = nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Indices = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-/// The array's elements as a Span (no copy).
+/// The array's elements as a Span (no copy); host or device memory, as the array's.
 template <class A>
 auto span_of(const A& a) {
   return Span<std::remove_pointer_t<decltype(a.data())>>(a.data(), a.size());
 }
+
+/// An optional array as a Span, empty when absent.
+template <class A>
+auto span_of(const std::optional<A>& a) -> decltype(span_of(*a)) {
+  return a ? span_of(*a) : decltype(span_of(*a)){};
+}
+
+/// Per-stage counters of a force provider as a dict (bind_pipeline.cpp).
+nb::dict stats_dict(const PipelineStats& s);
 
 }  // namespace gravpipe::bindings

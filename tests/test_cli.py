@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+import gravpipe as gp
+
 
 def gravpipe(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "gravpipe.cli", *args], capture_output=True, text=True,
@@ -34,7 +36,8 @@ def test_bench_direct_json():
 @pytest.mark.parametrize("args, message", [
     (["forces", "--eps", "-1"], "eps"),
     (["forces", "no/such/file.h5"], "no/such/file.h5"),
-    (["forces", "--backend", "cuda"], "cuda"),
+    pytest.param(["forces", "--backend", "cuda"], "cuda", marks=pytest.mark.skipif(
+        gp.available_backends()["cuda"].available, reason="CUDA is available here")),
     (["info", "missing.h5"], "missing.h5"),
 ])
 def test_user_errors_are_one_line(args, message):

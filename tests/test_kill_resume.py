@@ -35,7 +35,7 @@ TEMP_NAME = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
 def run_command(ic: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "gravpipe.cli", "run", str(ic), "--t-end", T_END, "--dt-max", DT_MAX,
             "--checkpoint-every", CHECKPOINT_EVERY, "--snap-every", SNAP_EVERY, "--out", str(out),
-            "--threads", "1", "--no-progress"]
+            "--threads", "1", "--backend", "cpu", "--no-progress"]
 
 
 def resume_command(out: Path) -> list[str]:

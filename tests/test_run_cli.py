@@ -56,7 +56,7 @@ def test_default_run_prints_energy_error_and_breakdown(tmp_path):
 def test_run_with_out_writes_snapshots_checkpoint_and_diagnostics(capsys, ic_file, tmp_path):
     out = tmp_path / "run1"
     code, stdout, _ = run_main(capsys, "run", ic_file, "--t-end", "1/2", "--snap-every", "1/4", "--out", out,
-                               "--threads", "1")
+                               "--threads", "1", "--backend", "cpu")
     assert code == 0
     assert str(out) in stdout and "snapshot_0002.h5" in stdout
     assert sorted(p.name for p in out.iterdir()) == [
@@ -71,7 +71,7 @@ def test_run_with_out_writes_snapshots_checkpoint_and_diagnostics(capsys, ic_fil
 
 def test_resume_extends_a_finished_run(capsys, ic_file, tmp_path):
     out = tmp_path / "run"
-    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", out, "--threads", "1")[0] == 0
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", out, "--threads", "1", "--backend", "cpu")[0] == 0
     code, stdout, _ = run_main(capsys, "run", "--resume", out)
     assert code == 0 and "nothing to do" in stdout
     code, stdout, _ = run_main(capsys, "run", "--resume", out, "--t-end", "1/2")
@@ -80,7 +80,7 @@ def test_resume_extends_a_finished_run(capsys, ic_file, tmp_path):
     assert io.read_snapshot(out / "snapshot_0002.h5").time == 0.5
     ref = tmp_path / "ref"
     assert run_main(capsys, "run", ic_file, "--t-end", "1/2", "--snap-every", "1/4", "--out", ref,
-                    "--threads", "1")[0] == 0
+                    "--threads", "1", "--backend", "cpu")[0] == 0
     a, b = io.read(out / "snapshot_0002.h5")[0], io.read(ref / "snapshot_0002.h5")[0]
     assert a.pos.tobytes() == b.pos.tobytes()
 
@@ -99,6 +99,7 @@ def test_config_file_sets_options_and_command_line_overrides(capsys, tmp_path):
         'snap-every = 0.125\n'       # dashes work as in the option names
         'out = "out"\n'              # relative to the config file
         'threads = 1\n'
+        'backend = "cpu"\n'
         'precision = "double"\n')
     code, stdout, err = run_main(capsys, "run", "--config", cfg_dir / "run.toml", "--t-end", "1/2",
                                  "--precision", "mixed")
@@ -122,7 +123,7 @@ def workdir(tmp_path, ic_file, capsys):
     (tmp_path / "badsyntax.toml").write_text("t_end = = 1\n")
     (tmp_path / "corrupt.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
     (tmp_path / "empty").mkdir()
-    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", tmp_path / "done", "--threads", "1")[0] == 0
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/4", "--out", tmp_path / "done", "--threads", "1", "--backend", "cpu")[0] == 0
     return tmp_path
 
 
@@ -175,7 +176,7 @@ def test_plot_writes_three_pngs(capsys, ic_file, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "run"
     assert run_main(capsys, "run", ic_file, "--t-end", "1/2", "--checkpoint-every", "1/8", "--out", out,
-                    "--threads", "1")[0] == 0
+                    "--threads", "1", "--backend", "cpu")[0] == 0
     # a resumed run restarts its wall-clock counters; the breakdown plot must cope
     (out / "checkpoint_0004.h5").unlink()
     assert run_main(capsys, "run", "--resume", out)[0] == 0

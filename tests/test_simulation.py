@@ -17,6 +17,7 @@ def plummer():
 
 def make(p, **kw):
     kw.setdefault("threads", 1)
+    kw.setdefault("backend", "cpu")  # thread counts are a CPU option; CUDA runs are in test_cuda.py
     return Simulation(p, integrator=kw.pop("integrator", "hermite"), eps=kw.pop("eps", EPS), **kw)
 
 

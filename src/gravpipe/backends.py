@@ -29,18 +29,19 @@ def available_backends() -> dict[str, BackendInfo]:
     """Every known backend with whether it can run here and a one-line reason.
 
     The CPU backend always exists (its ``detail`` names the SIMD instruction set and the
-    thread count). The CUDA force kernels are not part of this release; the entry reports
-    what the CUDA runtime sees so that users know what a later release will use.
+    thread count). The CUDA backend exists when this build has its sources (nvcc was found
+    at install time) and the CUDA runtime sees a device; ``detail`` then names device 0,
+    otherwise it says which of the two is missing.
     """
     isas = _core.available_isas()
     cpu = BackendInfo("cpu", True, f"isa={isas[0]}, threads={_core.max_threads()}")
     rep = _core.cuda_report()
     if not rep["compiled"]:
-        why = rep["status"]
+        cuda = BackendInfo("cuda", False, rep["status"])
+    elif rep["device_count"] == 0:
+        cuda = BackendInfo("cuda", False, f"the CUDA runtime sees no device: {rep['status']}")
     else:
-        why = (f"the CUDA force kernels are not implemented in this release "
-               f"(CUDA runtime sees {rep['device_count']} device(s): {rep['status']})")
-    cuda = BackendInfo("cuda", False, why)
+        cuda = BackendInfo("cuda", True, f"device 0 of {rep['device_count']}: {rep['status']}")
     return {"cpu": cpu, "cuda": cuda}
 
 

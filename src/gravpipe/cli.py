@@ -67,11 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (interactions per second, machine, ratio to a reference)")
     bsub = bench.add_subparsers(dest="bench", required=True)
     bd = bsub.add_parser("direct", help="direct-summation force pipeline")
-    bd.add_argument("--sizes", type=_positive_int, nargs="+", default=[1024, 2048, 4096, 8192, 16384, 32768, 65536])
+    bd.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
+                    help="N values (default 1k .. 64k on the CPU, 16k .. 1M on CUDA)")
     bd.add_argument("--precision", nargs="+", choices=["mixed", "double"], default=["mixed", "double"])
     bd.add_argument("--mode", nargs="+", choices=["acc+pot", "acc+jerk+pot"], default=["acc+pot", "acc+jerk+pot"])
-    bd.add_argument("--backend", default="cpu")
+    bd.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     bd.add_argument("--threads", type=_positive_int, default=None)
+    bd.add_argument("--n-i", type=_positive_int, default=None,
+                    help="i-particles per call (default: all N); e.g. 1024 for a small Hermite block")
     bd.add_argument("--quick", action="store_true", help="N = 1k, 4k, 16k only")
     bd.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bh = bsub.add_parser("hermite", help="Hermite block time steps: particle steps/s and the host+transfer share")
@@ -79,9 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     bh.add_argument("--t-end", type=_fraction_or_float, default=0.25, help="N-body time units (default 0.25)")
     bh.add_argument("--precision", nargs="+", choices=["mixed", "double"], default=["mixed"])
     bh.add_argument("--threads", type=_positive_int, default=None)
+    bh.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     bh.add_argument("--eta", type=_fraction_or_float, default=0.02)
     bh.add_argument("--eps", type=_fraction_or_float, default=1 / 64)
     bh.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bx = bsub.add_parser("transfer", help="host <-> device copies vs size, pageable and pinned, T = C1 + C2*bytes")
+    bx.add_argument("--sizes", type=_positive_int, nargs="+", default=None, help="bytes (default 4 B .. 256 MiB)")
+    bx.add_argument("--repeats", type=_positive_int, default=20, help="copies per size; the median is kept")
+    bx.add_argument("--plot", metavar="PNG", help="also draw time and bandwidth vs size")
+    bx.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
     bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
@@ -263,6 +272,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_hermite(args)
     if args.bench == "tree":
         return _bench_tree(args)
+    if args.bench == "transfer":
+        return _bench_transfer(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -272,18 +283,21 @@ def _bench_direct(args: argparse.Namespace) -> int:
 
     from gravpipe.bench import direct, machine
 
-    sizes = [1024, 4096, 16384] if args.quick else args.sizes
+    default_sizes = direct.DEFAULT_SIZES[args.backend]
+    sizes = [1024, 4096, 16384] if args.quick else (args.sizes or default_sizes)
     console = Console(stderr=args.json == "-")
     info = machine.describe()
-    console.print(f"[bold]gravpipe bench direct[/bold]  {info['cpu']}, {info['openmp_threads']} threads, "
-                  f"isa {info['isa']}, eps {direct.EPS}, Plummer, self excluded")
-    results, numpy_rate = direct.run(sizes, args.precision, args.mode, args.backend, args.threads)
+    where = (f"GPU {info['gpu']}" if args.backend == "cuda"
+             else f"{info['openmp_threads']} threads, isa {info['isa']}")
+    console.print(f"[bold]gravpipe bench direct[/bold]  {info['cpu']}, {where}, eps {direct.EPS}, Plummer, "
+                  f"self excluded, n_i = {args.n_i or 'N'}")
+    results, numpy_rate = direct.run(sizes, args.precision, args.mode, args.backend, args.threads, n_i=args.n_i)
     table = Table()
-    for col in ("N", "mode", "precision", "threads", "interactions/s", "Gflop/s", "x numpy f64"):
+    for col in ("N", "n_i", "mode", "precision", "backend", "threads", "interactions/s", "Gflop/s", "x numpy f64"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(str(r.n), r.mode, r.precision, str(r.threads), f"{r.interactions_per_second:.3e}",
-                      f"{r.gflops:.1f}", f"{r.ratio_to_numpy:.1f}")
+        table.add_row(str(r.n), str(r.n_i), r.mode, r.precision, r.backend, str(r.threads or "-"),
+                      f"{r.interactions_per_second:.3e}", f"{r.gflops:.1f}", f"{r.ratio_to_numpy:.1f}")
     console.print(table)
     console.print("flops: 38 per interaction for acc+pot, 60 with jerk (GRAPE convention); "
                   "'x numpy f64' is the ratio to the numpy float64 all-pairs rate measured in this run")
@@ -303,10 +317,39 @@ def _bench_hermite(args: argparse.Namespace) -> int:
     results = []
     for precision in args.precision:
         r = hermite.run(n=args.n, t_end=args.t_end, precision=precision, threads=args.threads,
-                        eta=args.eta, eps=args.eps)
+                        eta=args.eta, eps=args.eps, backend=args.backend)
         console.print(hermite.summary(r), highlight=False)
         results.append(r)
     _emit_json(args.json, lambda: hermite.as_json(results, info), console)
+    return 0
+
+
+def _bench_transfer(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gravpipe.bench import machine, transfer
+
+    console = Console(stderr=args.json == "-")
+    info = machine.describe()
+    rows, fits = transfer.run(args.sizes, args.repeats)
+    console.print(f"[bold]gravpipe bench transfer[/bold]  GPU {info['gpu']}, host {info['cpu']}, "
+                  f"median of {args.repeats} cudaMemcpy per size")
+    table = Table()
+    for col in ("bytes", "h2d pageable GB/s", "h2d pinned GB/s", "d2h pageable GB/s", "d2h pinned GB/s"):
+        table.add_column(col, justify="right")
+    by = {(r["direction"], r["pinned"], r["bytes"]): r["seconds"] for r in rows}
+    for b in sorted({r["bytes"] for r in rows}):
+        table.add_row(str(b), *(f"{b / by[(d, p, b)] / 1e9:.3g}" for d in ("h2d", "d2h") for p in (False, True)))
+    console.print(table)
+    for f in fits:
+        console.print(f"fit {f.direction} {'pinned  ' if f.pinned else 'pageable'}: C1 = {1e6 * f.latency_s:.2f} us, "
+                      f"1/C2 = {f.bandwidth_gb_s:.1f} GB/s (worst point off the fit by {100 * f.max_rel_residual:.0f}%)",
+                      highlight=False)
+    if args.plot:
+        transfer.plot(rows, fits, args.plot)
+        console.print(f"wrote {args.plot}")
+    _emit_json(args.json, lambda: transfer.as_json(rows, fits, info), console)
     return 0
 
 

@@ -191,10 +191,15 @@ class Simulation:
         return diagnostics.energy(p, c.eps, c.G, pot=self._diagnostic_pot(p, c.eps, c.G))
 
     def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray | None:
-        """Potentials for the energy diagnostics: None (a float64 direct sum) for direct runs;
-        a fine float64 tree for tree runs, whose steps are O(N log N) too."""
+        """Potentials for the energy diagnostics: a float64 direct sum for direct runs (on
+        the GPU when the run uses it, else None: numpy); a fine float64 tree for tree runs,
+        whose steps are O(N log N) too."""
         if self._gravity != "tree":
-            return None
+            if self._pipe.backend != "cuda":
+                return None
+            exact = Pipeline(backend="cuda", precision="double", eps=eps, G=G)
+            exact.set_j(p.pos, p.mass)
+            return exact.forces(p.pos, exclude=np.arange(p.n))[1]
         return Tree(p.pos, p.mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double").forces()[1]
 
     def energy_error(self) -> float:

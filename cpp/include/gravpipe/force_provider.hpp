@@ -1,11 +1,23 @@
-// The one interface integrators take their forces through. The CPU pipeline implements it
-// now; the CUDA pipeline and the tree evaluator plug in behind it later without touching
-// the integrators (STYLE.md: force providers as plug-ins).
+// The one interface integrators take their forces through: the CPU pipeline, the CUDA
+// pipeline and the tree evaluator plug in behind it without touching the integrators
+// (STYLE.md: force providers as plug-ins).
 #pragma once
+#include <cstdint>
+
+#include "gravpipe/error.hpp"
 #include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
 
 namespace gravpipe {
+
+/// Hermite predictor coefficients of k j-particles at their own times (GRAPE-6's
+/// g6_set_j_particle): caller's indices, positions, velocities, accelerations, jerks
+/// (3k each, row-major) and own times in integrator ticks.
+struct JTaylor {
+  Span<const std::int64_t> index;
+  Span<const double> pos, vel, acc, jerk;
+  Span<const std::int64_t> t_ticks;
+};
 
 class ForceProvider {
  public:
@@ -19,6 +31,14 @@ class ForceProvider {
   /// Forces on the i-particles of `req` from the current j-set.
   virtual void forces(const ForceRequest& req) = 0;
   virtual PipelineStats stats() const = 0;
+
+  /// Whether this provider keeps predictor coefficients and predicts j-particles itself
+  /// (the GPU: then a Hermite block sends only its active particles, not all N).
+  virtual bool predicts_j() const { return false; }
+  /// Store the coefficients of some j-particles of the current set (set_j first).
+  virtual void write_j_taylor(const JTaylor&) { throw BackendError("this force provider does not predict j-particles"); }
+  /// Predict every j-particle to time now_ticks * tick (float64, the host predictor's formula).
+  virtual void predict_j(std::int64_t, double) { throw BackendError("this force provider does not predict j-particles"); }
 };
 
 }  // namespace gravpipe

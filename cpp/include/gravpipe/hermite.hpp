@@ -1,7 +1,11 @@
 // 4th-order Hermite predictor-corrector with block individual timesteps (Makino & Aarseth
 // 1992; seed 000, PCI-HIB section 4.4). Each block: predict every j-particle to the block
 // time, write them to the force provider, evaluate acc/jerk/pot on the active set only,
-// correct the active particles and give them new power-of-two steps.
+// correct the active particles and give them new power-of-two steps. A provider that
+// predicts j-particles itself (the GPU, as GRAPE-6 did) instead keeps every particle's
+// predictor coefficients: a block then sends it only the corrected active particles, and
+// the host predicts only the active ones, so host and transfer work per block are
+// O(active), not O(N).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -36,8 +40,11 @@ class HermiteIntegrator final : public Integrator {
   void check_params() const;
   void start();
   void block();
+  void predict(std::int64_t i, std::int64_t t_block);
   void predict_all(std::int64_t t_block);
   void write_j();
+  void send_j_taylor(const std::vector<std::int64_t>& which);
+  void next_active(std::int64_t& t_block);
   void correct(std::size_t i, std::int64_t t_block, const double a1[3], const double j1[3]);
   std::int64_t first_step(std::size_t i) const;
   void check_steps(const std::vector<std::int64_t>& which) const;
@@ -55,6 +62,8 @@ class HermiteIntegrator final : public Integrator {
   // per-block scratch: active indices and their i-data/results
   std::vector<std::int64_t> active_;
   std::vector<double> xi_, vi_, ai_, ji_, pi_;
+  std::vector<double> tx_, tv_, ta_, tj_;  // predictor coefficients of the particles sent
+  std::vector<std::int64_t> tt_, all_;
   IntegratorCounters counters_;
 };
 

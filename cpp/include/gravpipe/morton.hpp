@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gravpipe/host_device.hpp"
 #include "gravpipe/span.hpp"
 
 namespace gravpipe {
@@ -12,7 +13,7 @@ namespace gravpipe {
 constexpr int kMortonBitsPerAxis = 21;
 
 /// Spread the low 21 bits of v so that bit k moves to bit 3k.
-inline std::uint64_t spread_bits_3(std::uint64_t v) {
+GRAVPIPE_HOST_DEVICE inline std::uint64_t spread_bits_3(std::uint64_t v) {
   v &= 0x1fffffULL;
   v = (v | (v << 32)) & 0x1f00000000ffffULL;
   v = (v | (v << 16)) & 0x1f0000ff0000ffULL;
@@ -22,7 +23,7 @@ inline std::uint64_t spread_bits_3(std::uint64_t v) {
   return v;
 }
 
-inline std::uint64_t morton_key(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
+GRAVPIPE_HOST_DEVICE inline std::uint64_t morton_key(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
   return spread_bits_3(ix) | (spread_bits_3(iy) << 1) | (spread_bits_3(iz) << 2);
 }
 

@@ -5,12 +5,7 @@
 // tree lists) live elsewhere; the physics lives here.
 #pragma once
 
-// Host and device: the CUDA kernels (cpp/src/cuda) call the same functions.
-#if defined(__CUDACC__)
-#define GRAVPIPE_HOST_DEVICE __host__ __device__
-#else
-#define GRAVPIPE_HOST_DEVICE
-#endif
+#include "gravpipe/host_device.hpp"  // the CUDA kernels (cpp/src/cuda) call the same functions
 
 namespace gravpipe {
 

@@ -1,358 +1,364 @@
-// CudaPipeline (cuda_pipeline.hpp). STATUS: compiled, never run (no GPU lent so far).
-//
-// The pairwise interaction is add_pair (pair_interaction.hpp), the same function the CPU
-// kernels use, instantiated here on the one-lane device types DF / DD below.
-#include <cuda_runtime.h>
+// CudaPipeline (cuda_pipeline.hpp): buffers, transfers, curve sorting and kernel launches.
+// The kernels are in device_sets.cuh (layouts, sorting keys, predictor) and
+// force_kernels.cuh (forces); every call and launch is checked (cuda_check.cuh).
+#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "cuda_check.cuh"
+#include "device_sets.cuh"
+#include "force_kernels.cuh"
 #include "gravpipe/cuda_pipeline.hpp"
-#include "gravpipe/error.hpp"
-#include "gravpipe/pair_interaction.hpp"
 #include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe::cuda {
 
 namespace {
 
-/// Every CUDA call is checked: a failure is a BackendError naming the call.
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw BackendError(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
-}
-#define GP_CUDA_CHECK(call) check((call), #call)
+constexpr int kBoxBlocks = kThreads;  // pass-1 blocks of a bounding box (box_fold takes <= kThreads)
 
-// ---- one-lane device types for add_pair -----------------------------------------------------
-struct DF {
-  float v;
-};
-struct DD {
-  double v;
-};
-__device__ inline DF operator+(DF a, DF b) { return {a.v + b.v}; }
-__device__ inline DF operator*(DF a, DF b) { return {a.v * b.v}; }
-__device__ inline DF fmadd(DF a, DF b, DF c) { return {fmaf(a.v, b.v, c.v)}; }
-__device__ inline DF fnmadd(DF a, DF b, DF c) { return {fmaf(-a.v, b.v, c.v)}; }
-__device__ inline DD operator+(DD a, DD b) { return {a.v + b.v}; }
-__device__ inline DD operator*(DD a, DD b) { return {a.v * b.v}; }
-__device__ inline DD fmadd(DD a, DD b, DD c) { return {fma(a.v, b.v, c.v)}; }
-__device__ inline DD fnmadd(DD a, DD b, DD c) { return {fma(-a.v, b.v, c.v)}; }
-__device__ inline DF rsqrt_lane(DF x) { return {rsqrtf(x.v)}; }
-__device__ inline DD rsqrt_lane(DD x) { return {rsqrt(x.v)}; }
+int blocks_for(std::size_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
-/// Four doubles, 32-byte aligned (one 256-bit load; CUDA 13 deprecates double4).
-struct alignas(32) D4 {
-  double x, y, z, w;
-};
+}  // namespace
 
-constexpr int kThreads = 128;  // i-particles per block = j-particles per shared tile
-
-/// j-particles in device memory. Mixed: hi (x, y, z, m) and lo (x, y, z, 0) float4 pairs;
-/// double: (x, y, z, m) and velocities (vx, vy, vz, 0) as D4.
-struct JMixed {
-  const float4 *pos_hi, *pos_lo, *vel_hi, *vel_lo;
-};
-struct JDouble {
-  const D4 *pos, *vel;
-};
-/// i-particles, in the same layouts, and the j index each one leaves out (-1: none).
-struct IMixed {
-  const float4 *pos_hi, *pos_lo, *vel_hi, *vel_lo;
-  const long long* exclude;
-};
-struct IDouble {
-  const D4 *pos, *vel;
-  const long long* exclude;
-};
-/// Partial sums per grid row: rows x n_i each (G-free; pot as sum m/r).
-struct Partials {
-  double *ax, *ay, *az, *pot, *jx, *jy, *jz;
-  int stride;  // n_i
-};
-
-/// One shared-memory tile entry: the j-particle's position (and velocity) differences'
-/// ingredients in the kernel's precision.
-struct TileMixed {
-  float4 ph, pl, vh, vl;
-};
-struct TileDouble {
-  D4 p, v;
-};
-
-template <bool kJerk>
-__global__ void forces_mixed(JMixed j, int n_j, IMixed in, int n_i, float eps2, int j_per_row, Partials out) {
-  __shared__ TileMixed tile[kThreads];
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool active = i < n_i;
-  const float4 zero4 = make_float4(0, 0, 0, 0);
-  const float4 ph = active ? in.pos_hi[i] : zero4, pl = active ? in.pos_lo[i] : zero4;
-  const float4 vh = (kJerk && active) ? in.vel_hi[i] : zero4, vl = (kJerk && active) ? in.vel_lo[i] : zero4;
-  const long long ex = active ? in.exclude[i] : -1;
-  double ax = 0, ay = 0, az = 0, pot = 0, jx = 0, jy = 0, jz = 0;
-  const int j0 = blockIdx.y * j_per_row, j1 = min(n_j, j0 + j_per_row);
-  for (int t0 = j0; t0 < j1; t0 += kThreads) {
-    const int jj = t0 + threadIdx.x;
-    if (jj < j1)
-      tile[threadIdx.x] = {j.pos_hi[jj], j.pos_lo[jj], kJerk ? j.vel_hi[jj] : zero4, kJerk ? j.vel_lo[jj] : zero4};
-    __syncthreads();
-    const int count = min(kThreads, j1 - t0);
-    PairSums<DF> s{{0}, {0}, {0}, {0}, {0}, {0}, {0}};
-    for (int k = 0; k < count; ++k) {
-      const TileMixed& e = tile[k];
-      // (hi_j - hi_i) is exact for close pairs (Sterbenz), as in the CPU near path
-      const DF dx{(e.ph.x - ph.x) + (e.pl.x - pl.x)}, dy{(e.ph.y - ph.y) + (e.pl.y - pl.y)},
-          dz{(e.ph.z - ph.z) + (e.pl.z - pl.z)};
-      DF dvx{0}, dvy{0}, dvz{0};
-      if (kJerk) {
-        dvx = {(e.vh.x - vh.x) + (e.vl.x - vl.x)};
-        dvy = {(e.vh.y - vh.y) + (e.vl.y - vl.y)};
-        dvz = {(e.vh.z - vh.z) + (e.vl.z - vl.z)};
-      }
-      DF rinv = rsqrt_lane(softened_r2(dx, dy, dz, DF{eps2}));
-      if (t0 + k == ex) rinv = {0};
-      add_pair<kJerk>(s, dx, dy, dz, dvx, dvy, dvz, DF{e.ph.w}, rinv, DF{3});
-    }
-    // float sums over one tile, then float64: bounds the rounding of long sums
-    ax += s.ax.v, ay += s.ay.v, az += s.az.v, pot += s.pot.v;
-    if (kJerk) jx += s.jx.v, jy += s.jy.v, jz += s.jz.v;
-    __syncthreads();
-  }
-  if (!active) return;
-  const int at = blockIdx.y * out.stride + i;
-  out.ax[at] = ax, out.ay[at] = ay, out.az[at] = az, out.pot[at] = pot;
-  if (kJerk) out.jx[at] = jx, out.jy[at] = jy, out.jz[at] = jz;
-}
-
-template <bool kJerk>
-__global__ void forces_double(JDouble j, int n_j, IDouble in, int n_i, double eps2, int j_per_row, Partials out) {
-  __shared__ TileDouble tile[kThreads];
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const bool active = i < n_i;
-  const D4 zero4 = D4{0, 0, 0, 0};
-  const D4 p = active ? in.pos[i] : zero4, v = (kJerk && active) ? in.vel[i] : zero4;
-  const long long ex = active ? in.exclude[i] : -1;
-  PairSums<DD> s{{0}, {0}, {0}, {0}, {0}, {0}, {0}};
-  const int j0 = blockIdx.y * j_per_row, j1 = min(n_j, j0 + j_per_row);
-  for (int t0 = j0; t0 < j1; t0 += kThreads) {
-    const int jj = t0 + threadIdx.x;
-    if (jj < j1) tile[threadIdx.x] = {j.pos[jj], kJerk ? j.vel[jj] : zero4};
-    __syncthreads();
-    const int count = min(kThreads, j1 - t0);
-    for (int k = 0; k < count; ++k) {
-      const TileDouble& e = tile[k];
-      const DD dx{e.p.x - p.x}, dy{e.p.y - p.y}, dz{e.p.z - p.z};
-      DD dvx{0}, dvy{0}, dvz{0};
-      if (kJerk) dvx = {e.v.x - v.x}, dvy = {e.v.y - v.y}, dvz = {e.v.z - v.z};
-      DD rinv = rsqrt_lane(softened_r2(dx, dy, dz, DD{eps2}));
-      if (t0 + k == ex) rinv = {0};
-      add_pair<kJerk>(s, dx, dy, dz, dvx, dvy, dvz, DD{e.p.w}, rinv, DD{3});
-    }
-    __syncthreads();
-  }
-  if (!active) return;
-  const int at = blockIdx.y * out.stride + i;
-  out.ax[at] = s.ax.v, out.ay[at] = s.ay.v, out.az[at] = s.az.v, out.pot[at] = s.pot.v;
-  if (kJerk) out.jx[at] = s.jx.v, out.jy[at] = s.jy.v, out.jz[at] = s.jz.v;
-}
-
-/// Sum the rows of the partials in row order (deterministic) and apply G and the sign of
-/// the potential: acc and jerk (n_i, 3) row-major, pot (n_i).
-__global__ void reduce_rows(Partials p, int rows, int n_i, bool jerk, double G, double* acc, double* pot,
-                            double* jrk) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n_i) return;
-  double ax = 0, ay = 0, az = 0, ph = 0, jx = 0, jy = 0, jz = 0;
-  for (int r = 0; r < rows; ++r) {
-    const int at = r * p.stride + i;
-    ax += p.ax[at], ay += p.ay[at], az += p.az[at], ph += p.pot[at];
-    if (jerk) jx += p.jx[at], jy += p.jy[at], jz += p.jz[at];
-  }
-  acc[3 * i] = G * ax, acc[3 * i + 1] = G * ay, acc[3 * i + 2] = G * az;
-  pot[i] = -G * ph;
-  if (jerk) jrk[3 * i] = G * jx, jrk[3 * i + 1] = G * jy, jrk[3 * i + 2] = G * jz;
-}
-
-/// Owning device array (RAII); grows, never shrinks.
-template <class T>
-class DeviceBuffer {
+/// Device buffers of one pipeline: the j-memory (resident), the predictor coefficients,
+/// and per-call scratch reused while sizes do not grow.
+class DeviceState {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  void reserve(std::size_t n) {
-    if (n <= size_) return;
-    cudaFree(ptr_);
-    ptr_ = nullptr, size_ = 0;
-    GP_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T)));
-    size_ = n;
-  }
-  void upload(const std::vector<T>& host) {
-    reserve(host.size());
-    GP_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  T* data() const { return ptr_; }
+  DeviceBuffer<D4> j_pos, j_vel;
+  DeviceBuffer<Box> tile_box;
+  DeviceBuffer<int> slot_of, user_of;
+  DeviceBuffer<D4> t_x, t_v, t_a, t_j;
+  DeviceBuffer<std::int64_t> t_ticks;
+  DeviceBuffer<double> j_in;  // raw float64 j input: pos 3n | mass n | vel 3n
+  DeviceBuffer<double> i_in;  // raw i input (also the Taylor input): up to 14 words per particle
+  DeviceBuffer<double> out;   // acc 3n | pot n | jerk 3n
+  DeviceBuffer<double> partial;
+  DeviceBuffer<std::uint32_t> key_in, key_out;
+  DeviceBuffer<int> idx_in, i_order;
+  DeviceBuffer<unsigned char> sort_temp;
+  DeviceBuffer<Box> boxes;  // kBoxBlocks partial boxes, then the j-set's box
+  DeviceBuffer<unsigned long long> tile_counts;
+  PinnedBuffer<double> host_in, host_out;
+  std::vector<unsigned char> taylor_written;  // per caller's j index since the last set_j
+  std::size_t taylor_missing = 0;
+  int multiprocessors = 1;
 
- private:
-  T* ptr_ = nullptr;
-  std::size_t size_ = 0;
+  Box* j_box() const { return boxes.data() + kBoxBlocks; }
 };
 
-/// Split a float64 into float hi + lo (hi + lo == v to ~2^-48 relative).
-void split(double v, float& hi, float& lo) {
-  hi = static_cast<float>(v);
-  lo = static_cast<float>(v - static_cast<double>(hi));
+namespace {
+
+/// The bounding box of n points (3n row-major, device) into *box (device).
+void bounding_box(DeviceState& d, const double* xyz, int n, Box* box) {
+  box_partials<<<kBoxBlocks, kThreads>>>(xyz, n, d.boxes.data());
+  GP_CUDA_CHECK_LAUNCH("box_partials");
+  box_fold<<<1, kThreads>>>(d.boxes.data(), kBoxBlocks, box);
+  GP_CUDA_CHECK_LAUNCH("box_fold");
 }
 
-/// (n,3) positions (or velocities) and optional masses as hi/lo float4 pairs.
-void to_mixed(Span<const double> xyz, Span<const double> mass, std::vector<float4>& hi, std::vector<float4>& lo) {
-  const std::size_t n = xyz.size() / 3;
-  hi.resize(n), lo.resize(n);
-  for (std::size_t k = 0; k < n; ++k) {
-    float h[3], l[3];
-    for (int a = 0; a < 3; ++a) split(xyz[3 * k + a], h[a], l[a]);
-    hi[k] = make_float4(h[0], h[1], h[2], mass.empty() ? 0.0f : static_cast<float>(mass[k]));
-    lo[k] = make_float4(l[0], l[1], l[2], 0.0f);
-  }
+/// order[k] = index of the k-th of n points (device) along the Morton curve of *box.
+void curve_order(DeviceState& d, const double* xyz, int n, const Box* box, int* order) {
+  d.key_in.reserve(n), d.key_out.reserve(n), d.idx_in.reserve(n);
+  curve_keys<<<blocks_for(n), kThreads>>>(xyz, n, box, d.key_in.data(), d.idx_in.data());
+  GP_CUDA_CHECK_LAUNCH("curve_keys");
+  std::size_t temp = 0;
+  GP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, d.key_in.data(), d.key_out.data(), d.idx_in.data(),
+                                                order, n, 0, 30));
+  d.sort_temp.reserve(temp);
+  GP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(d.sort_temp.data(), temp, d.key_in.data(), d.key_out.data(),
+                                                d.idx_in.data(), order, n, 0, 30));
 }
 
-void to_D4(Span<const double> xyz, Span<const double> mass, std::vector<D4>& out) {
-  const std::size_t n = xyz.size() / 3;
-  out.resize(n);
-  for (std::size_t k = 0; k < n; ++k)
-    out[k] = D4{xyz[3 * k], xyz[3 * k + 1], xyz[3 * k + 2], mass.empty() ? 0.0 : mass[k]};
+void check_eps_G(double eps, double G) {
+  if (!(std::isfinite(eps) && eps >= 0)) throw InputError("eps: must be finite and >= 0");
+  if (!(std::isfinite(G) && G > 0)) throw InputError("G: must be finite and > 0");
 }
 
 }  // namespace
 
-/// Device buffers of one pipeline (j resident; i, partials and results reused per call).
-class DeviceState {
- public:
-  DeviceBuffer<float4> j_pos_hi, j_pos_lo, j_vel_hi, j_vel_lo, i_pos_hi, i_pos_lo, i_vel_hi, i_vel_lo;
-  DeviceBuffer<D4> j_pos, j_vel, i_pos, i_vel;
-  DeviceBuffer<long long> exclude;
-  DeviceBuffer<double> partial, acc, pot, jerk;
-  std::vector<double> host_mass;  // masses, kept for update_j
-  int multiprocessors = 1;
-};
-
 CudaPipeline::CudaPipeline(Precision precision, double eps, double G, int device)
-    : precision_(precision), eps2_(eps * eps), G_(G), dev_(std::make_unique<DeviceState>()) {
-  if (!(std::isfinite(eps) && eps >= 0)) throw InputError("eps: must be finite and >= 0");
-  if (!(std::isfinite(G) && G > 0)) throw InputError("G: must be finite and > 0");
+    : precision_(precision), eps_(eps), G_(G), dev_(std::make_unique<DeviceState>()) {
+  check_eps_G(eps, G);
   GP_CUDA_CHECK(cudaSetDevice(device));
-  GP_CUDA_CHECK(cudaDeviceGetAttribute(&dev_->multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  cudaDeviceProp prop{};
+  GP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  dev_->multiprocessors = prop.multiProcessorCount;
+  device_name_ = std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+                 std::to_string(prop.multiProcessorCount) + " SMs";
+  dev_->boxes.reserve(kBoxBlocks + 1);
+  dev_->tile_counts.reserve(2);
+  GP_CUDA_CHECK(cudaMemset(dev_->tile_counts.data(), 0, 2 * sizeof(unsigned long long)));
 }
 
 CudaPipeline::~CudaPipeline() = default;
+
+// ---- j-particle write ---------------------------------------------------------------------
 
 void CudaPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
   const std::size_t n = mass.size();
   if (n == 0) throw InputError("set_j: empty j-particle set");
   if (pos.size() != 3 * n) throw InputError("set_j: pos and mass have different lengths");
   if (!vel.empty() && vel.size() != 3 * n) throw InputError("set_j: vel and mass have different lengths");
-  if (n > static_cast<std::size_t>(INT32_MAX)) throw InputError("set_j: more than 2^31 - 1 j-particles");
-  dev_->host_mass.assign(mass.begin(), mass.end());
+  if (n > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("set_j: more than 2^28 j-particles");
+  const auto t0 = Clock::now();
+  DeviceState& d = *dev_;
+  d.j_in.reserve(7 * n);
+  GP_CUDA_CHECK(cudaMemcpy(d.j_in.data(), pos.data(), 3 * n * sizeof(double), cudaMemcpyHostToDevice));
+  GP_CUDA_CHECK(cudaMemcpy(d.j_in.data() + 3 * n, mass.data(), n * sizeof(double), cudaMemcpyHostToDevice));
+  if (!vel.empty())
+    GP_CUDA_CHECK(cudaMemcpy(d.j_in.data() + 4 * n, vel.data(), 3 * n * sizeof(double), cudaMemcpyHostToDevice));
+  load_j(d.j_in.data(), d.j_in.data() + 3 * n, vel.empty() ? nullptr : d.j_in.data() + 4 * n, n);
+  GP_CUDA_CHECK(cudaDeviceSynchronize());
+  stats_.bytes_j_write += n * (vel.empty() ? 32 : 56);
+  stats_.seconds_j_write += seconds_since(t0);
+}
+
+void CudaPipeline::set_j_device(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
+  const std::size_t n = mass.size();
+  if (n == 0) throw InputError("set_j: empty j-particle set");
+  if (pos.size() != 3 * n || (!vel.empty() && vel.size() != 3 * n))
+    throw InputError("set_j: pos, mass and vel have different lengths");
+  if (n > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("set_j: more than 2^28 j-particles");
+  const auto t0 = Clock::now();
+  load_j(pos.data(), mass.data(), vel.empty() ? nullptr : vel.data(), n);
+  GP_CUDA_CHECK(cudaDeviceSynchronize());
+  stats_.seconds_j_write += seconds_since(t0);
+}
+
+// Sort the j-set along the curve, pack it in slot order, and start the predictor afresh.
+void CudaPipeline::load_j(const double* pos, const double* mass, const double* vel, std::size_t n) {
+  DeviceState& d = *dev_;
+  const int nj = static_cast<int>(n);
+  d.j_pos.reserve(n), d.slot_of.reserve(n), d.user_of.reserve(n), d.tile_box.reserve(blocks_for(n));
+  if (vel) d.j_vel.reserve(n);
+  bounding_box(d, pos, nj, d.j_box());
+  curve_order(d, pos, nj, d.j_box(), d.user_of.data());
+  gather_j<<<blocks_for(n), kThreads>>>(pos, mass, vel, d.user_of.data(), nj, d.j_pos.data(), d.j_vel.data(),
+                                        d.slot_of.data());
+  GP_CUDA_CHECK_LAUNCH("gather_j");
   n_j_ = n;
-  upload_j(pos, vel);
+  has_vel_ = vel != nullptr;
+  d.taylor_written.assign(n, 0);
+  d.taylor_missing = n;
+  refresh_tile_boxes();
   stats_.j_particles += n;
 }
 
 void CudaPipeline::update_j(Span<const double> pos, Span<const double> vel) {
-  if (pos.size() != 3 * n_j_) throw InputError("update_j: the particle count changed");
-  upload_j(pos, vel);
-}
-
-void CudaPipeline::upload_j(Span<const double> pos, Span<const double> vel) {
+  const std::size_t n = n_j_;
+  if (n == 0) throw InputError("update_j: no j-particles; call set_j first");
+  if (pos.size() != 3 * n) throw InputError("update_j: the particle count changed");
+  if (vel.empty() == has_vel_ || (!vel.empty() && vel.size() != 3 * n))
+    throw InputError("update_j: vel must match the set_j call (same presence, same length)");
   const auto t0 = Clock::now();
-  const Span<const double> m{dev_->host_mass.data(), dev_->host_mass.size()};
-  has_vel_ = !vel.empty();
-  if (precision_ == Precision::Mixed) {
-    std::vector<float4> hi, lo;
-    to_mixed(pos, m, hi, lo);
-    dev_->j_pos_hi.upload(hi), dev_->j_pos_lo.upload(lo);
-    if (has_vel_) to_mixed(vel, {}, hi, lo), dev_->j_vel_hi.upload(hi), dev_->j_vel_lo.upload(lo);
-  } else {
-    std::vector<D4> p;
-    to_D4(pos, m, p);
-    dev_->j_pos.upload(p);
-    if (has_vel_) to_D4(vel, {}, p), dev_->j_vel.upload(p);
-  }
-  stats_.bytes_j_write += n_j_ * (has_vel_ ? 64 : 32);
+  DeviceState& d = *dev_;
+  GP_CUDA_CHECK(cudaMemcpy(d.j_in.data(), pos.data(), 3 * n * sizeof(double), cudaMemcpyHostToDevice));
+  if (has_vel_)
+    GP_CUDA_CHECK(cudaMemcpy(d.j_in.data() + 4 * n, vel.data(), 3 * n * sizeof(double), cudaMemcpyHostToDevice));
+  regather_j<<<blocks_for(n), kThreads>>>(d.j_in.data(), has_vel_ ? d.j_in.data() + 4 * n : nullptr,
+                                          d.user_of.data(), static_cast<int>(n), d.j_pos.data(), d.j_vel.data());
+  GP_CUDA_CHECK_LAUNCH("regather_j");
+  refresh_tile_boxes();
+  GP_CUDA_CHECK(cudaDeviceSynchronize());
+  stats_.bytes_j_write += n * (has_vel_ ? 48 : 24);
   stats_.seconds_j_write += seconds_since(t0);
 }
 
-void CudaPipeline::forces(const ForceRequest& req) {
-  if (n_j_ == 0) throw InputError("forces: no j-particles; call set_j first");
+void CudaPipeline::refresh_tile_boxes() {
+  DeviceState& d = *dev_;
+  tile_boxes<<<blocks_for(n_j_), kThreads>>>(d.j_pos.data(), static_cast<int>(n_j_), d.tile_box.data());
+  GP_CUDA_CHECK_LAUNCH("tile_boxes");
+}
+
+// ---- the Hermite j-predictor (GRAPE-6 j-memory) --------------------------------------------
+
+void CudaPipeline::write_j_taylor(const JTaylor& c) {
+  const std::size_t k = c.index.size();
+  if (n_j_ == 0 || !has_vel_) throw InputError("write_j_taylor: call set_j with velocities first");
+  if (c.pos.size() != 3 * k || c.vel.size() != 3 * k || c.acc.size() != 3 * k || c.jerk.size() != 3 * k ||
+      c.t_ticks.size() != k)
+    throw InputError("write_j_taylor: index, pos, vel, acc, jerk and t_ticks have different lengths");
+  if (k == 0) return;
+  const auto t0 = Clock::now();
+  DeviceState& d = *dev_;
+  for (const std::int64_t idx : c.index) {
+    if (idx < 0 || static_cast<std::size_t>(idx) >= n_j_)
+      throw InputError("write_j_taylor: index " + std::to_string(idx) + " is outside [0, " +
+                       std::to_string(n_j_) + ")");
+    if (!d.taylor_written[idx]) d.taylor_written[idx] = 1, --d.taylor_missing;
+  }
+  const std::size_t n = n_j_;
+  d.t_x.reserve(n), d.t_v.reserve(n), d.t_a.reserve(n), d.t_j.reserve(n), d.t_ticks.reserve(n);
+  // one packed transfer: index k | pos 3k | vel 3k | acc 3k | jerk 3k | t k (8-byte words)
+  d.host_in.reserve(14 * k), d.i_in.reserve(14 * k);
+  double* h = d.host_in.data();
+  std::memcpy(h, c.index.data(), k * 8);
+  std::memcpy(h + k, c.pos.data(), 3 * k * 8);
+  std::memcpy(h + 4 * k, c.vel.data(), 3 * k * 8);
+  std::memcpy(h + 7 * k, c.acc.data(), 3 * k * 8);
+  std::memcpy(h + 10 * k, c.jerk.data(), 3 * k * 8);
+  std::memcpy(h + 13 * k, c.t_ticks.data(), k * 8);
+  GP_CUDA_CHECK(cudaMemcpy(d.i_in.data(), h, 14 * k * 8, cudaMemcpyHostToDevice));
+  const double* g = d.i_in.data();
+  const TaylorView tv{d.t_x.data(), d.t_v.data(), d.t_a.data(), d.t_j.data(), d.t_ticks.data()};
+  scatter_taylor<<<blocks_for(k), kThreads>>>(reinterpret_cast<const std::int64_t*>(g), g + k, g + 4 * k, g + 7 * k,
+                                              g + 10 * k, reinterpret_cast<const std::int64_t*>(g + 13 * k),
+                                              static_cast<int>(k), d.slot_of.data(), tv);
+  GP_CUDA_CHECK_LAUNCH("scatter_taylor");
+  stats_.bytes_j_write += 112 * k;
+  stats_.seconds_j_write += seconds_since(t0);
+}
+
+void CudaPipeline::predict_j(std::int64_t now_ticks, double tick) {
+  DeviceState& d = *dev_;
+  if (n_j_ == 0 || d.taylor_missing > 0)
+    throw InputError("predict_j: " + std::to_string(d.taylor_missing) +
+                     " j-particles have no predictor coefficients (write_j_taylor after set_j)");
+  const auto t0 = Clock::now();
+  const TaylorView tv{d.t_x.data(), d.t_v.data(), d.t_a.data(), d.t_j.data(), d.t_ticks.data()};
+  predict_j_kernel<<<blocks_for(n_j_), kThreads>>>(tv, static_cast<int>(n_j_), now_ticks, tick, d.j_pos.data(),
+                                                   d.j_vel.data());
+  GP_CUDA_CHECK_LAUNCH("predict_j");
+  refresh_tile_boxes();
+  stats_.seconds_j_write += seconds_since(t0);  // launches only: the device work is in compute
+}
+
+PipelineStats CudaPipeline::stats() const {
+  PipelineStats s = stats_;
+  unsigned long long counts[2];
+  GP_CUDA_CHECK(cudaMemcpy(counts, dev_->tile_counts.data(), sizeof counts, cudaMemcpyDeviceToHost));
+  s.tile_visits = counts[0], s.far_tile_visits = counts[1];
+  return s;
+}
+
+void CudaPipeline::reset_stats() {
+  stats_ = PipelineStats{};
+  GP_CUDA_CHECK(cudaMemset(dev_->tile_counts.data(), 0, 2 * sizeof(unsigned long long)));
+}
+
+// ---- forces ---------------------------------------------------------------------------------
+
+namespace {
+
+void check_request(const ForceRequest& req, std::size_t n_j, bool has_vel) {
   const std::size_t ni = req.pos_i.size() / 3;
-  const bool jerk = !req.vel_i.empty();
+  if (n_j == 0) throw InputError("forces: no j-particles; call set_j first");
   if (ni == 0 || req.pos_i.size() != 3 * ni) throw InputError("pos_i: expected a non-empty (n,3) array");
-  if (jerk && !has_vel_) throw InputError("vel_i: jerk needs j-particle velocities (set_j with vel)");
+  if (ni > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("pos_i: more than 2^28 i-particles");
+  const bool jerk = !req.vel_i.empty();
+  if (jerk && !has_vel) throw InputError("vel_i: jerk needs j-particle velocities (set_j with vel)");
   if (jerk && (req.vel_i.size() != 3 * ni || req.jerk.size() != 3 * ni)) throw InputError("vel_i/jerk: sizes differ");
   if (req.acc.size() != 3 * ni || req.pot.size() != ni) throw InputError("forces: output sizes differ from pos_i");
   if (!req.exclude.empty() && req.exclude.size() != ni) throw InputError("exclude: length differs from pos_i");
+}
+
+}  // namespace
+
+void CudaPipeline::forces(const ForceRequest& req) {
+  check_request(req, n_j_, has_vel_);
+  const std::size_t ni = req.pos_i.size() / 3;
+  const bool jerk = !req.vel_i.empty(), with_ex = !req.exclude.empty();
+  std::uint64_t excluded = 0;
+  for (std::size_t k = 0; k < req.exclude.size(); ++k) {
+    if (req.exclude[k] < -1 || req.exclude[k] >= static_cast<std::int64_t>(n_j_))
+      throw InputError("exclude: index " + std::to_string(req.exclude[k]) + " at position " + std::to_string(k) +
+                       " is outside [-1, " + std::to_string(n_j_) + ")");
+    excluded += req.exclude[k] >= 0;
+  }
   DeviceState& d = *dev_;
 
+  // i-particle write: one packed transfer, pos 3n | vel 3n | exclude n
   auto t0 = Clock::now();
-  std::vector<long long> ex(ni, -1);
-  for (std::size_t k = 0; k < req.exclude.size(); ++k) ex[k] = req.exclude[k];
-  d.exclude.upload(ex);
-  if (precision_ == Precision::Mixed) {
-    std::vector<float4> hi, lo;
-    to_mixed(req.pos_i, {}, hi, lo);
-    d.i_pos_hi.upload(hi), d.i_pos_lo.upload(lo);
-    if (jerk) to_mixed(req.vel_i, {}, hi, lo), d.i_vel_hi.upload(hi), d.i_vel_lo.upload(lo);
-  } else {
-    std::vector<D4> p;
-    to_D4(req.pos_i, {}, p);
-    d.i_pos.upload(p);
-    if (jerk) to_D4(req.vel_i, {}, p), d.i_vel.upload(p);
-  }
-  stats_.bytes_i_write += ni * (jerk ? 72 : 40);
+  const std::size_t words = ni * (3 + (jerk ? 3 : 0) + (with_ex ? 1 : 0));
+  d.host_in.reserve(words), d.i_in.reserve(7 * ni);
+  double* h = d.host_in.data();
+  std::memcpy(h, req.pos_i.data(), 3 * ni * 8);
+  if (jerk) std::memcpy(h + 3 * ni, req.vel_i.data(), 3 * ni * 8);
+  if (with_ex) std::memcpy(h + (jerk ? 6 : 3) * ni, req.exclude.data(), ni * 8);
+  GP_CUDA_CHECK(cudaMemcpy(d.i_in.data(), h, words * 8, cudaMemcpyHostToDevice));
+  stats_.bytes_i_write += words * 8;
   stats_.seconds_i_write += seconds_since(t0);
 
-  // grid: i-blocks x j-rows; rows fill ~4 blocks per multiprocessor when the i-set is small
   t0 = Clock::now();
-  const int n_i = static_cast<int>(ni), n_j = static_cast<int>(n_j_);
-  const int i_blocks = (n_i + kThreads - 1) / kThreads;
-  const int j_tiles = (n_j + kThreads - 1) / kThreads;
-  const int rows = std::max(1, std::min(j_tiles, (4 * d.multiprocessors + i_blocks - 1) / i_blocks));
-  const int j_per_row = (j_tiles + rows - 1) / rows * kThreads;
-  const std::size_t part = static_cast<std::size_t>(rows) * ni;
-  d.partial.reserve(7 * part);
-  Partials p{d.partial.data(), d.partial.data() + part, d.partial.data() + 2 * part, d.partial.data() + 3 * part,
-             d.partial.data() + 4 * part, d.partial.data() + 5 * part, d.partial.data() + 6 * part, n_i};
-  const dim3 grid(i_blocks, rows);
-  if (precision_ == Precision::Mixed) {
-    const JMixed jm{d.j_pos_hi.data(), d.j_pos_lo.data(), d.j_vel_hi.data(), d.j_vel_lo.data()};
-    const IMixed im{d.i_pos_hi.data(), d.i_pos_lo.data(), d.i_vel_hi.data(), d.i_vel_lo.data(), d.exclude.data()};
-    if (jerk)
-      forces_mixed<true><<<grid, kThreads>>>(jm, n_j, im, n_i, static_cast<float>(eps2_), j_per_row, p);
-    else
-      forces_mixed<false><<<grid, kThreads>>>(jm, n_j, im, n_i, static_cast<float>(eps2_), j_per_row, p);
-  } else {
-    const JDouble jd{d.j_pos.data(), d.j_vel.data()};
-    const IDouble id{d.i_pos.data(), d.i_vel.data(), d.exclude.data()};
-    if (jerk)
-      forces_double<true><<<grid, kThreads>>>(jd, n_j, id, n_i, eps2_, j_per_row, p);
-    else
-      forces_double<false><<<grid, kThreads>>>(jd, n_j, id, n_i, eps2_, j_per_row, p);
-  }
-  GP_CUDA_CHECK(cudaGetLastError());
-  d.acc.reserve(3 * ni), d.pot.reserve(ni), d.jerk.reserve(3 * ni);
-  reduce_rows<<<i_blocks, kThreads>>>(p, rows, n_i, jerk, G_, d.acc.data(), d.pot.data(), d.jerk.data());
-  GP_CUDA_CHECK(cudaGetLastError());
+  d.out.reserve(7 * ni);
+  const double* g = d.i_in.data();
+  ForceRequest dreq{{g, 3 * ni},
+                    jerk ? Span<const double>{g + 3 * ni, 3 * ni} : Span<const double>{},
+                    with_ex ? Span<const std::int64_t>{reinterpret_cast<const std::int64_t*>(g + (jerk ? 6 : 3) * ni), ni}
+                            : Span<const std::int64_t>{},
+                    {d.out.data(), 3 * ni}, {d.out.data() + 3 * ni, ni},
+                    jerk ? Span<double>{d.out.data() + 4 * ni, 3 * ni} : Span<double>{}};
+  compute(dreq, ni, jerk);
   GP_CUDA_CHECK(cudaDeviceSynchronize());
   stats_.seconds_compute += seconds_since(t0);
 
+  // result read: one transfer into pinned memory, then into the caller's arrays
   t0 = Clock::now();
-  GP_CUDA_CHECK(cudaMemcpy(req.acc.data(), d.acc.data(), 3 * ni * sizeof(double), cudaMemcpyDeviceToHost));
-  GP_CUDA_CHECK(cudaMemcpy(req.pot.data(), d.pot.data(), ni * sizeof(double), cudaMemcpyDeviceToHost));
-  if (jerk) GP_CUDA_CHECK(cudaMemcpy(req.jerk.data(), d.jerk.data(), 3 * ni * sizeof(double), cudaMemcpyDeviceToHost));
-  stats_.bytes_result_read += ni * (jerk ? 56 : 32);
+  const std::size_t out_words = ni * (jerk ? 7 : 4);
+  d.host_out.reserve(out_words);
+  GP_CUDA_CHECK(cudaMemcpy(d.host_out.data(), d.out.data(), out_words * 8, cudaMemcpyDeviceToHost));
+  std::memcpy(req.acc.data(), d.host_out.data(), 3 * ni * 8);
+  std::memcpy(req.pot.data(), d.host_out.data() + 3 * ni, ni * 8);
+  if (jerk) std::memcpy(req.jerk.data(), d.host_out.data() + 4 * ni, 3 * ni * 8);
+  stats_.bytes_result_read += out_words * 8;
   stats_.seconds_result_read += seconds_since(t0);
+  stats_.interactions -= excluded;  // as the CPU pipeline counts: excluded pairs are not interactions
+}
+
+void CudaPipeline::forces_device(const ForceRequest& req) {
+  check_request(req, n_j_, has_vel_);
+  const std::size_t ni = req.pos_i.size() / 3;
+  const bool jerk = !req.vel_i.empty();
+  const auto t0 = Clock::now();
+  // results straight into the caller's device arrays
+  compute(req, ni, jerk);
+  GP_CUDA_CHECK(cudaDeviceSynchronize());
+  stats_.seconds_compute += seconds_since(t0);
+}
+
+// Sort the i-set along the j-set's curve, run the force kernel over (i-blocks x j-rows),
+// fold the rows into req's outputs. Every span of req points to device memory.
+void CudaPipeline::compute(const ForceRequest& req, std::size_t ni, bool jerk) {
+  DeviceState& d = *dev_;
+  const int n_i = static_cast<int>(ni);
+  d.i_order.reserve(ni);
+  curve_order(d, req.pos_i.data(), n_i, d.j_box(), d.i_order.data());
+
+  // rows split the j-tiles so that the grid holds >= 8 blocks per multiprocessor
+  const int i_blocks = blocks_for(ni), n_tiles = blocks_for(n_j_);
+  int rows = std::max(1, std::min(n_tiles, (8 * d.multiprocessors + i_blocks - 1) / i_blocks));
+  const int tiles_per_row = (n_tiles + rows - 1) / rows;
+  rows = (n_tiles + tiles_per_row - 1) / tiles_per_row;
+  const std::size_t part = static_cast<std::size_t>(rows) * ni;
+  d.partial.reserve(7 * part);
+  double* p0 = d.partial.data();
+  const Partials p{p0, p0 + part, p0 + 2 * part, p0 + 3 * part, p0 + 4 * part, p0 + 5 * part, p0 + 6 * part, n_i};
+  const JView jv{d.j_pos.data(), d.j_vel.data(), d.tile_box.data(), d.slot_of.data(), static_cast<int>(n_j_)};
+  const IView iv{req.pos_i.data(), jerk ? req.vel_i.data() : nullptr,
+                 req.exclude.empty() ? nullptr : req.exclude.data(), d.i_order.data(), n_i};
+  const dim3 grid(i_blocks, rows);
+  if (precision_ == Precision::Mixed) {
+    const float eps2 = static_cast<float>(eps_ * eps_);
+    if (jerk)
+      forces_mixed<true><<<grid, kThreads>>>(jv, iv, eps2, tiles_per_row, p, d.tile_counts.data());
+    else
+      forces_mixed<false><<<grid, kThreads>>>(jv, iv, eps2, tiles_per_row, p, d.tile_counts.data());
+    GP_CUDA_CHECK_LAUNCH("forces_mixed");
+  } else {
+    if (jerk)
+      forces_double<true><<<grid, kThreads>>>(jv, iv, eps_ * eps_, tiles_per_row, p);
+    else
+      forces_double<false><<<grid, kThreads>>>(jv, iv, eps_ * eps_, tiles_per_row, p);
+    GP_CUDA_CHECK_LAUNCH("forces_double");
+  }
+  reduce_rows<<<i_blocks, kThreads>>>(p, rows, n_i, jerk, G_, req.acc.data(), req.pot.data(),
+                                      jerk ? req.jerk.data() : nullptr);
+  GP_CUDA_CHECK_LAUNCH("reduce_rows");
   stats_.calls += 1;
   stats_.i_particles += ni;
   stats_.interactions += static_cast<std::uint64_t>(ni) * n_j_;

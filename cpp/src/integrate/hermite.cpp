@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -135,18 +136,19 @@ void HermiteIntegrator::evolve_to(double t) {
       seconds_since(t_start) - (provider_seconds(forces_.stats()) - provider_before);
 }
 
+void HermiteIntegrator::predict(std::int64_t i, std::int64_t t_block) {
+  const double dt = static_cast<double>(t_block - t_[i]) * timeline_.tick();
+  for (int c = 0; c < 3; ++c) {
+    const double a = acc_[3 * i + c], j = jerk_[3 * i + c];
+    xp_[3 * i + c] = s_.pos[3 * i + c] + dt * (s_.vel[3 * i + c] + dt * (0.5 * a + dt * j / 6.0));
+    vp_[3 * i + c] = s_.vel[3 * i + c] + dt * (a + 0.5 * dt * j);
+  }
+}
+
 void HermiteIntegrator::predict_all(std::int64_t t_block) {
-  const double tick = timeline_.tick();
   const auto n = static_cast<std::int64_t>(s_.size());
 #pragma omp parallel for schedule(static) if (n >= kMinParallel)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double dt = static_cast<double>(t_block - t_[i]) * tick;
-    for (int c = 0; c < 3; ++c) {
-      const double a = acc_[3 * i + c], j = jerk_[3 * i + c];
-      xp_[3 * i + c] = s_.pos[3 * i + c] + dt * (s_.vel[3 * i + c] + dt * (0.5 * a + dt * j / 6.0));
-      vp_[3 * i + c] = s_.vel[3 * i + c] + dt * (a + 0.5 * dt * j);
-    }
-  }
+  for (std::int64_t i = 0; i < n; ++i) predict(i, t_block);
 }
 
 void HermiteIntegrator::write_j() {
@@ -159,30 +161,87 @@ void HermiteIntegrator::write_j() {
   }
 }
 
+// Predictor coefficients of particles `which` (at their own times) to a predicting provider.
+void HermiteIntegrator::send_j_taylor(const std::vector<std::int64_t>& which) {
+  const std::size_t k = which.size();
+  tx_.resize(3 * k), tv_.resize(3 * k), ta_.resize(3 * k), tj_.resize(3 * k), tt_.resize(k);
+  const auto count = static_cast<std::int64_t>(k);
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+  for (std::int64_t m = 0; m < count; ++m) {
+    const auto i = static_cast<std::size_t>(which[m]);
+    for (int c = 0; c < 3; ++c) {
+      tx_[3 * m + c] = s_.pos[3 * i + c], tv_[3 * m + c] = s_.vel[3 * i + c];
+      ta_[3 * m + c] = acc_[3 * i + c], tj_[3 * m + c] = jerk_[3 * i + c];
+    }
+    tt_[m] = t_[i];
+  }
+  forces_.write_j_taylor({{which.data(), k}, {tx_.data(), 3 * k}, {tv_.data(), 3 * k}, {ta_.data(), 3 * k},
+                          {tj_.data(), 3 * k}, {tt_.data(), k}});
+}
+
+// active_ = the particles whose step ends first, in ascending index order (the order the
+// pipeline sees them in: runs are deterministic and restarts bit-identical). Two parallel
+// passes over t + dt: a minimum, then an order-keeping compaction. O(N) but ~16k elements
+// per thread-microsecond, far below a map-and-sort schedule at the block sizes of large N.
+void HermiteIntegrator::next_active(std::int64_t& t_block) {
+  const auto n = static_cast<std::int64_t>(s_.size());
+  std::int64_t t_min = std::numeric_limits<std::int64_t>::max();
+#pragma omp parallel for schedule(static) reduction(min : t_min) if (n >= kMinParallel)
+  for (std::int64_t i = 0; i < n; ++i) t_min = std::min(t_min, t_[i] + dt_[i]);
+  t_block = t_min;
+  const int parts = n >= kMinParallel ? omp_get_max_threads() : 1;
+  std::vector<std::int64_t> counts(parts + 1, 0);
+  const auto begin = [&](int p) { return n * p / parts; };
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int p = 0; p < parts; ++p)
+    for (std::int64_t i = begin(p); i < begin(p + 1); ++i) counts[p + 1] += (t_[i] + dt_[i] == t_min);
+  for (int p = 0; p < parts; ++p) counts[p + 1] += counts[p];
+  active_.resize(counts[parts]);
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int p = 0; p < parts; ++p) {
+    std::int64_t at = counts[p];
+    for (std::int64_t i = begin(p); i < begin(p + 1); ++i)
+      if (t_[i] + dt_[i] == t_min) active_[at++] = i;
+  }
+}
+
 void HermiteIntegrator::block() {
   const std::size_t n = s_.size();
-  std::int64_t t_block = std::numeric_limits<std::int64_t>::max();
-  for (std::size_t i = 0; i < n; ++i) t_block = std::min(t_block, t_[i] + dt_[i]);
-  active_.clear();
-  for (std::size_t i = 0; i < n; ++i)
-    if (t_[i] + dt_[i] == t_block) active_.push_back(static_cast<std::int64_t>(i));
-  predict_all(t_block);
-  write_j();
-
+  std::int64_t t_block = 0;
+  next_active(t_block);
   const std::size_t na = active_.size();
+  const auto count = static_cast<std::int64_t>(na);
+  if (forces_.predicts_j()) {
+    if (resort_j_) {  // synchronized: every particle's own time is now_
+      forces_.set_j({s_.pos.data(), 3 * n}, {s_.mass.data(), n}, {s_.vel.data(), 3 * n});
+      if (all_.size() != n) {
+        all_.resize(n);
+        for (std::size_t i = 0; i < n; ++i) all_[i] = static_cast<std::int64_t>(i);
+      }
+      send_j_taylor(all_);
+      resort_j_ = false;
+    }
+    forces_.predict_j(t_block, timeline_.tick());
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+    for (std::int64_t k = 0; k < count; ++k) predict(active_[k], t_block);
+  } else {
+    predict_all(t_block);
+    write_j();
+  }
+
   xi_.resize(3 * na);
   vi_.resize(3 * na);
   ai_.resize(3 * na);
   ji_.resize(3 * na);
   pi_.resize(na);
-  for (std::size_t k = 0; k < na; ++k)
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+  for (std::int64_t k = 0; k < count; ++k)
     for (int c = 0; c < 3; ++c) {
       xi_[3 * k + c] = xp_[3 * active_[k] + c];
       vi_[3 * k + c] = vp_[3 * active_[k] + c];
     }
   forces_.forces({{xi_.data(), 3 * na}, {vi_.data(), 3 * na}, {active_.data(), na},
                   {ai_.data(), 3 * na}, {pi_.data(), na}, {ji_.data(), 3 * na}});
-  const auto count = static_cast<std::int64_t>(na);
 #pragma omp parallel for schedule(static) if (count >= kMinParallel)
   for (std::int64_t k = 0; k < count; ++k) {
     const auto i = static_cast<std::size_t>(active_[k]);
@@ -190,6 +249,7 @@ void HermiteIntegrator::block() {
     pot_[i] = pi_[k];
   }
   check_steps(active_);
+  if (forces_.predicts_j()) send_j_taylor(active_);
   now_ = t_block;
   if (now_ % kTicksPerDtMax == 0) resort_j_ = true;  // synchronized: re-sort at the next write
   counters_.steps += 1;

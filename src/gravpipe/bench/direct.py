@@ -20,6 +20,8 @@ import gravpipe as gp
 FLOPS_ACC_POT = 38
 FLOPS_WITH_JERK = 60
 EPS = 1.0 / 64
+DEFAULT_SIZES = {"cpu": [1024, 2048, 4096, 8192, 16384, 32768, 65536],
+                 "cuda": [16384, 65536, 262144, 1048576]}
 
 
 @dataclass
@@ -28,11 +30,12 @@ class DirectResult:
     mode: str            # "acc+pot" or "acc+jerk+pot"
     precision: str       # "mixed", "double" or "numpy-f64"
     backend: str
-    threads: int
-    seconds: float       # best compute time of one all-pairs evaluation
+    threads: int | None  # CPU threads (None on CUDA)
+    seconds: float       # best compute time of one evaluation (n_i x N interactions)
     interactions_per_second: float
     gflops: float
     ratio_to_numpy: float | None
+    n_i: int = 0         # i-particles per call (N: all pairs)
 
 
 def numpy_all_pairs(pos: np.ndarray, mass: np.ndarray, eps: float, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
@@ -75,17 +78,20 @@ def measure_numpy(n: int, seed: int = 1) -> float:
 
 
 def measure_pipeline(n: int, precision: str, jerk: bool, backend: str = "cpu",
-                     threads: int | None = None, seed: int = 1) -> tuple[float, int]:
-    """(best compute seconds of one all-pairs evaluation, threads used)."""
+                     threads: int | None = None, seed: int = 1, n_i: int | None = None) -> tuple[float, int | None]:
+    """(best compute seconds of one evaluation on the first n_i particles (default all) of
+    a Plummer sphere of n, each excluding itself; CPU threads used, None on CUDA)."""
     p = gp.ic.plummer(n, seed=seed)
     pipe = gp.Pipeline(backend=backend, precision=precision, eps=EPS, threads=threads)
     pipe.set_j(p.pos, p.mass, p.vel if jerk else None)
-    exclude = np.arange(n)
-    vel = p.vel if jerk else None
+    k = n if n_i is None else min(n_i, n)
+    exclude = np.arange(k)
+    pos_i = np.ascontiguousarray(p.pos[:k])
+    vel = np.ascontiguousarray(p.vel[:k]) if jerk else None
 
     def once() -> None:
         pipe.reset_stats()
-        pipe.forces(p.pos, vel, exclude=exclude)
+        pipe.forces(pos_i, vel, exclude=exclude)
         once.compute = min(getattr(once, "compute", float("inf")), pipe.stats.seconds_compute)
 
     _best_time(once)
@@ -93,21 +99,24 @@ def measure_pipeline(n: int, precision: str, jerk: bool, backend: str = "cpu",
 
 
 def run(sizes: list[int], precisions: list[str], modes: list[str], backend: str = "cpu",
-        threads: int | None = None, numpy_max_n: int = 4096) -> tuple[list[DirectResult], float]:
-    """All measurements, and the numpy reference rate they are compared with."""
+        threads: int | None = None, numpy_max_n: int = 4096,
+        n_i: int | None = None) -> tuple[list[DirectResult], float]:
+    """All measurements, and the numpy reference rate they are compared with. ``n_i``
+    limits the i-set to that many particles (a Hermite block), against all N."""
     ref_n = min(numpy_max_n, max(sizes))
     numpy_rate = measure_numpy(ref_n)
     results = [DirectResult(ref_n, "acc+pot", "numpy-f64", "numpy", 1, ref_n * (ref_n - 1) / numpy_rate,
-                            numpy_rate, numpy_rate * FLOPS_ACC_POT / 1e9, 1.0)]
+                            numpy_rate, numpy_rate * FLOPS_ACC_POT / 1e9, 1.0, ref_n)]
     for n in sizes:
         for mode in modes:
             jerk = mode == "acc+jerk+pot"
             for precision in precisions:
-                sec, used = measure_pipeline(n, precision, jerk, backend, threads)
-                rate = n * (n - 1) / sec
+                sec, used = measure_pipeline(n, precision, jerk, backend, threads, n_i=n_i)
+                k = n if n_i is None else min(n_i, n)
+                rate = k * (n - 1) / sec
                 flops = FLOPS_WITH_JERK if jerk else FLOPS_ACC_POT
                 results.append(DirectResult(n, mode, precision, backend, used, sec, rate,
-                                            rate * flops / 1e9, rate / numpy_rate))
+                                            rate * flops / 1e9, rate / numpy_rate, k))
     return results, numpy_rate
 
 

@@ -34,4 +34,13 @@ def describe() -> dict[str, object]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "gravpipe": __version__,
+        "gpu": gpu_name(),
     }
+
+
+def gpu_name() -> str | None:
+    """CUDA device 0 as the runtime names it, or None when the CUDA backend is unavailable."""
+    from gravpipe.backends import available_backends
+
+    cuda = available_backends()["cuda"]
+    return cuda.detail.split(": ", 1)[-1] if cuda.available else None

@@ -1,0 +1,9 @@
+// GRAVPIPE_HOST_DEVICE marks functions that the CPU code and the CUDA kernels share (the
+// pair interaction, Morton keys): __host__ __device__ under nvcc, nothing elsewhere.
+#pragma once
+
+#if defined(__CUDACC__)
+#define GRAVPIPE_HOST_DEVICE __host__ __device__
+#else
+#define GRAVPIPE_HOST_DEVICE
+#endif
