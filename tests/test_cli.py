@@ -38,6 +38,8 @@ def test_bench_direct_json():
     (["forces", "no/such/file.h5"], "no/such/file.h5"),
     pytest.param(["forces", "--backend", "cuda"], "cuda", marks=pytest.mark.skipif(
         gp.available_backends()["cuda"].available, reason="CUDA is available here")),
+    pytest.param(["bench", "transfer"], "cuda", marks=pytest.mark.skipif(
+        gp.available_backends()["cuda"].available, reason="CUDA is available here")),
     (["info", "missing.h5"], "missing.h5"),
 ])
 def test_user_errors_are_one_line(args, message):

@@ -180,28 +180,34 @@ void HermiteIntegrator::send_j_taylor(const std::vector<std::int64_t>& which) {
 }
 
 // active_ = the particles whose step ends first, in ascending index order (the order the
-// pipeline sees them in: runs are deterministic and restarts bit-identical). Two parallel
-// passes over t + dt: a minimum, then an order-keeping compaction. O(N) but ~16k elements
-// per thread-microsecond, far below a map-and-sort schedule at the block sizes of large N.
+// pipeline sees them in: runs are deterministic and restarts bit-identical). One parallel
+// pass finds each thread's earliest end time and how many particles share it; a second
+// pass, only in the threads whose earliest time is the block time, writes the indices.
+// O(N), but far cheaper than a map-and-sort schedule at the block sizes of large N.
 void HermiteIntegrator::next_active(std::int64_t& t_block) {
   const auto n = static_cast<std::int64_t>(s_.size());
-  std::int64_t t_min = std::numeric_limits<std::int64_t>::max();
-#pragma omp parallel for schedule(static) reduction(min : t_min) if (n >= kMinParallel)
-  for (std::int64_t i = 0; i < n; ++i) t_min = std::min(t_min, t_[i] + dt_[i]);
-  t_block = t_min;
   const int parts = n >= kMinParallel ? omp_get_max_threads() : 1;
-  std::vector<std::int64_t> counts(parts + 1, 0);
   const auto begin = [&](int p) { return n * p / parts; };
-#pragma omp parallel for schedule(static, 1) num_threads(parts)
-  for (int p = 0; p < parts; ++p)
-    for (std::int64_t i = begin(p); i < begin(p + 1); ++i) counts[p + 1] += (t_[i] + dt_[i] == t_min);
-  for (int p = 0; p < parts; ++p) counts[p + 1] += counts[p];
-  active_.resize(counts[parts]);
+  std::vector<std::int64_t> first(parts, std::numeric_limits<std::int64_t>::max()), count(parts + 1, 0);
 #pragma omp parallel for schedule(static, 1) num_threads(parts)
   for (int p = 0; p < parts; ++p) {
-    std::int64_t at = counts[p];
+    std::int64_t t_min = std::numeric_limits<std::int64_t>::max(), c = 0;
+    for (std::int64_t i = begin(p); i < begin(p + 1); ++i) {
+      const std::int64_t t = t_[i] + dt_[i];
+      if (t < t_min) t_min = t, c = 0;
+      c += (t == t_min);
+    }
+    first[p] = t_min, count[p + 1] = c;
+  }
+  t_block = *std::min_element(first.begin(), first.end());
+  for (int p = 0; p < parts; ++p) count[p + 1] = count[p] + (first[p] == t_block ? count[p + 1] : 0);
+  active_.resize(count[parts]);
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int p = 0; p < parts; ++p) {
+    if (first[p] != t_block) continue;
+    std::int64_t at = count[p];
     for (std::int64_t i = begin(p); i < begin(p + 1); ++i)
-      if (t_[i] + dt_[i] == t_min) active_[at++] = i;
+      if (t_[i] + dt_[i] == t_block) active_[at++] = i;
   }
 }
 
