@@ -17,20 +17,32 @@ inline void check(cudaError_t err, const char* what) {
 /// After every launch: configuration errors now, execution errors at the next checked sync.
 #define GP_CUDA_CHECK_LAUNCH(name) ::gravpipe::cuda::check(cudaGetLastError(), "launch of " name)
 
-/// Owning device array; grows, never shrinks (reused across calls).
-template <class T>
-class DeviceBuffer {
+/// Where a CudaBuffer's memory lives: device memory, or page-locked host memory (DMA
+/// without the driver's staging copy).
+struct DeviceMemory {
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+  static void release(void* p) { cudaFree(p); }
+};
+struct PinnedHostMemory {
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void release(void* p) { cudaFreeHost(p); }
+};
+
+/// Owning array of n T in Memory; grows, never shrinks (reused across calls).
+template <class T, class Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(ptr_); }
+  CudaBuffer() = default;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer() { Memory::release(ptr_); }
   void reserve(std::size_t n) {
     if (n <= size_) return;
-    cudaFree(ptr_);
+    Memory::release(ptr_);
     ptr_ = nullptr, size_ = 0;
-    GP_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T)));
-    size_ = n;
+    void* p = nullptr;
+    GP_CUDA_CHECK(Memory::allocate(&p, n * sizeof(T)));
+    ptr_ = static_cast<T*>(p), size_ = n;
   }
   T* data() const { return ptr_; }
   std::size_t size() const { return size_; }
@@ -40,26 +52,9 @@ class DeviceBuffer {
   std::size_t size_ = 0;
 };
 
-/// Owning page-locked host array (DMA without the driver's staging copy); grows only.
 template <class T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { cudaFreeHost(ptr_); }
-  void reserve(std::size_t n) {
-    if (n <= size_) return;
-    cudaFreeHost(ptr_);
-    ptr_ = nullptr, size_ = 0;
-    GP_CUDA_CHECK(cudaMallocHost(&ptr_, n * sizeof(T)));
-    size_ = n;
-  }
-  T* data() const { return ptr_; }
-
- private:
-  T* ptr_ = nullptr;
-  std::size_t size_ = 0;
-};
+using DeviceBuffer = CudaBuffer<T, DeviceMemory>;
+template <class T>
+using PinnedBuffer = CudaBuffer<T, PinnedHostMemory>;
 
 }  // namespace gravpipe::cuda
