@@ -62,7 +62,6 @@ class CudaPipeline final : public ForceProvider {
   double eps_, G_;
   std::size_t n_j_ = 0;
   bool has_vel_ = false;
-  bool has_taylor_ = false;
   std::string device_name_;
   std::unique_ptr<DeviceState> dev_;
   PipelineStats stats_;
