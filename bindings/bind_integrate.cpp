@@ -75,6 +75,7 @@ void bind_integrate(nb::module_& m) {
   nb::class_<Integrator>(m, "Integrator")
       .def("evolve_to", &Integrator::evolve_to, nb::arg("t"), nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("time", &Integrator::time)
+      .def_prop_ro("grid_origin", &Integrator::grid_origin)
       .def("positions", [](const Integrator& it) { return to_numpy(it.state().pos, {it.state().size(), 3}); })
       .def("velocities", [](const Integrator& it) { return to_numpy(it.state().vel, {it.state().size(), 3}); })
       .def("checkpoint", &checkpoint_dict)

@@ -13,6 +13,7 @@ namespace nb = nanobind;
 void bind_pipeline(nb::module_& m);
 void bind_integrate(nb::module_& m);
 void bind_tree(nb::module_& m);
+void bind_defaults(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
@@ -46,6 +47,7 @@ NB_MODULE(_core, m) {
   bind_pipeline(m);
   bind_integrate(m);
   bind_tree(m);
+  bind_defaults(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

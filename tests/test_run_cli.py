@@ -132,9 +132,6 @@ def workdir(tmp_path, ic_file, capsys):
     (["--config", "badtype.toml"], "n: expected an integer"),
     (["--config", "badsyntax.toml"], "not valid TOML"),
     (["--config", "missing.toml"], "missing.toml"),
-    (["-n", "64", "--t-end", "0.3"], "t_end: 0.3 must be"),
-    (["-n", "64", "--t-end", "1", "--snap-every", "0.1", "--out", "o"], "snapshot_every: 0.1"),
-    (["-n", "64", "--integrator", "leapfrog", "--t-end", "1/100"], "multiple of dt"),
     (["-n", "64", "--snap-every", "1"], "output directory"),
     (["-n", "64", "--eps", "-1"], "eps"),
     (["-n", "64", "--dt", "0.01"], "dt: not a parameter of the hermite integrator"),
@@ -157,7 +154,7 @@ def test_user_errors_are_one_line(workdir, capsys, monkeypatch, args, message):
 
 
 def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
-    r = gravpipe("run", "-n", "64", "--t-end", "0.3", cwd=tmp_path)
+    r = gravpipe("run", "-n", "64", "--t-end", "-1", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
 

@@ -51,10 +51,11 @@ def test_evolve_checks_times_and_cadences(plummer, tmp_path):
     sim.evolve(0.25, progress=False)
     with pytest.raises(ValueError, match="t_end.*before"):
         sim.evolve(0.125, progress=False)
-    with pytest.raises(ValueError, match="t_end.*dt_max"):
-        sim.evolve(0.3, progress=False)
-    with pytest.raises(ValueError, match="snapshot_every.*dt_max"):
-        sim.evolve(1.0, snapshot_every=0.1, out=tmp_path, progress=False)
+    for bad in (float("nan"), float("inf"), "soon"):
+        with pytest.raises(ValueError, match="t_end"):
+            sim.evolve(bad, progress=False)
+    with pytest.raises(ValueError, match="snapshot_every"):
+        sim.evolve(1.0, snapshot_every=0.0, out=tmp_path, progress=False)
     with pytest.raises(ValueError, match="checkpoint_every"):
         sim.evolve(1.0, checkpoint_every=-0.125, out=tmp_path, progress=False)
     with pytest.raises(ValueError, match="out"):

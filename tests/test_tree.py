@@ -330,7 +330,7 @@ def test_simulation_tree_precision_and_backend():
     runs = {prec: gp.Simulation(p, precision=prec, **kw) for prec in ("mixed", "double")}
     for sim in runs.values():
         sim.evolve(0.25, progress=False)
-    assert runs["double"]._pipe.precision == "double"
+    assert runs["double"].provider.precision == "double"
     d = np.abs(runs["double"].particles.pos - runs["mixed"].particles.pos).max()
     assert 0 < d < 1e-5  # the mixed kernels' ~1e-7 force differences, carried 16 steps
     with pytest.raises(ValueError, match="backend"):

@@ -11,7 +11,8 @@ G = M = 1.
 from gravpipe import diagnostics, ic, io
 from gravpipe.backends import BackendUnavailableError
 from gravpipe.particles import Particles
-from gravpipe.pipeline import Pipeline, PipelineStats, accel, available_backends
+from gravpipe.gravity import accel
+from gravpipe.pipeline import Pipeline, PipelineStats, available_backends
 from gravpipe.simulation import Simulation, Timings
 from gravpipe.tree import Tree, TreeStats
 

@@ -117,44 +117,55 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     """``gravpipe run``. Every option defaults to None so that a value from --config can be
     told apart from one typed on the command line (which wins); the real defaults are in
     ``gravpipe.runconfig.RunSettings``."""
-    from gravpipe.runconfig import (DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, GRAVITY_NAMES, IC_MODELS,
-                                    INTEGRATOR_NAMES, TREE_INTEGRATOR)
+    from gravpipe.gravity import GRAVITY
+    from gravpipe.integrators import INTEGRATORS
+    from gravpipe.runconfig import DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, IC_MODELS
 
+    defaults = {key: value for spec in INTEGRATORS.values() for key, value in spec.defaults.items()}
+    gravity_help = "; ".join(f"{k.name}: {k.description}, default integrator {k.default_integrator}"
+                             for k in GRAVITY.values())
     r = sub.add_parser(
         "run", help="evolve a particle set (default: an embedded Plummer sphere with Hermite block steps)",
         description="Evolve a particle set. Without FILE: an embedded Plummer sphere "
                     f"(N = {DEFAULT_N}, seed {DEFAULT_SEED}, Hermite, eps 1/64, t_end {DEFAULT_T_END:g}). "
-                    "Without --out nothing is written. Times are absolute and must lie on the "
-                    "integrator's grid (multiples of dt_max for Hermite, dt for leapfrog). "
+                    "Without --out nothing is written. Times are absolute and may be any value: "
+                    "stops on the integrator's grid (multiples of dt_max for Hermite, dt for leapfrog) "
+                    "are free, any other stop costs one extra force evaluation on all particles. "
                     "--gravity tree runs the Barnes-Hut treecode (opening angle --theta) with leapfrog.")
     r.add_argument("file", nargs="?", default=None, help="initial snapshot (GADGET-4 layout HDF5); t0 is its time")
     r.add_argument("--ic", choices=IC_MODELS, default=None, help="generated initial conditions (default plummer)")
     r.add_argument("-n", type=_positive_int, default=None, help=f"particles of generated ICs (default {DEFAULT_N})")
     r.add_argument("--seed", type=int, default=None, help=f"seed of generated ICs (default {DEFAULT_SEED})")
-    r.add_argument("--integrator", choices=INTEGRATOR_NAMES, default=None,
-                   help=f"default hermite ({TREE_INTEGRATOR} with --gravity tree)")
-    r.add_argument("--gravity", choices=GRAVITY_NAMES, default=None,
-                   help=f"force solver: direct summation (default) or the Barnes-Hut treecode "
-                        f"(O(N log N); {TREE_INTEGRATOR} only)")
+    r.add_argument("--integrator", choices=tuple(INTEGRATORS), default=None,
+                   help="default: the gravity kind's (" + ", ".join(
+                       f"{k.default_integrator} for {k.name}" for k in GRAVITY.values()) + ")")
+    r.add_argument("--gravity", choices=tuple(GRAVITY), default=None, help=f"force solver (default direct). {gravity_help}")
     r.add_argument("--theta", type=_fraction_or_float, default=None,
-                   help="opening angle of --gravity tree (default 0.6; smaller: more accurate, slower)")
+                   help=f"opening angle of --gravity tree (default {GRAVITY['tree'].params['theta']:g}; "
+                        "smaller: more accurate, slower)")
     r.add_argument("--t-end", type=_fraction_or_float, default=None, help=f"end time (default {DEFAULT_T_END:g})")
     r.add_argument("--snap-every", type=_fraction_or_float, default=None,
                    help="snapshot interval (with --out; default: one snapshot at t_end)")
     r.add_argument("--checkpoint-every", type=_fraction_or_float, default=None,
                    help="checkpoint interval (with --out; default: one checkpoint at t_end)")
     r.add_argument("--out", metavar="DIR", default=None,
-                   help="run directory: snapshot_NNNN.h5, checkpoint_NNNN.h5, diagnostics.csv (default: write nothing)")
+                   help="run directory: snapshot_NNNN.h5, checkpoint_NNNN.h5, diagnostics.csv (default: write nothing); "
+                        "a directory holding another run is refused (see --resume, --overwrite)")
+    r.add_argument("--overwrite", action="store_const", const=True, default=None,
+                   help="delete the run files (snapshots, checkpoints, diagnostics.csv) already in --out first")
     r.add_argument("--config", metavar="RUN.TOML", default=None,
                    help="TOML file with the same keys as these options (t_end, eps, ...); the command line overrides it")
     r.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run in DIR from its newest checkpoint, to the stored t_end and cadences "
                         "(--t-end, --snap-every, --checkpoint-every, --threads may override them)")
     r.add_argument("--eps", type=_fraction_or_float, default=None, help=f"Plummer softening (default 1/{1 / DEFAULT_EPS:g})")
-    r.add_argument("--eta", type=_fraction_or_float, default=None, help="Hermite accuracy parameter (default 0.02)")
-    r.add_argument("--eta-s", type=_fraction_or_float, default=None, help="Hermite first-step parameter (default 0.01)")
-    r.add_argument("--dt-max", type=_fraction_or_float, default=None, help="Hermite largest step (default 1/8)")
-    r.add_argument("--dt", type=_fraction_or_float, default=None, help="leapfrog step (default 1/128)")
+    r.add_argument("--eta", type=_fraction_or_float, default=None,
+                   help=f"Hermite accuracy parameter (default {defaults['eta']:g})")
+    r.add_argument("--eta-s", type=_fraction_or_float, default=None,
+                   help=f"Hermite first-step parameter (default {defaults['eta_s']:g})")
+    r.add_argument("--dt-max", type=_fraction_or_float, default=None,
+                   help=f"Hermite largest step (default {defaults['dt_max']:g})")
+    r.add_argument("--dt", type=_fraction_or_float, default=None, help=f"leapfrog step (default {defaults['dt']:g})")
     r.add_argument("--precision", choices=["mixed", "double"], default=None,
                    help="default mixed (--gravity tree: mixed only, for now)")
     r.add_argument("--backend", default=None,
@@ -170,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return COMMANDS[args.command](args)
-    except (UserError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError,
+    except (UserError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError,
             BackendUnavailableError) as exc:
         print(f"gravpipe {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -421,6 +432,8 @@ def _emit_json(target: str | None, make_doc, console) -> None:
 
 # what --resume may change; everything else is fixed by the checkpoint's run config
 _RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress"}
+# run.toml / command-line keys that are gravity parameters (gravpipe.gravity.GRAVITY)
+_GRAVITY_PARAMS = ("theta",)
 
 
 def _option_name(key: str) -> str:
@@ -444,7 +457,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sim = _new_simulation(particles, t0, settings)
     snap_every, ckpt_every = _cadences(settings, t0)
     _print_start(sim, source, settings.t_end, settings.out, note)
-    return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress)
+    return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress,
+                              overwrite=settings.overwrite)
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
@@ -455,12 +469,14 @@ def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
 
 
 def _resolve_gravity(settings, file_values: dict, cli_values: dict, config: str | None) -> str | None:
-    """Check how gravity combines with integrator, theta and precision (a mistake raises
-    UserError naming the option) and use leapfrog for a tree run that names no integrator.
-    Returns a line for the run's header saying so, or None."""
+    """Check how gravity combines with integrator and the gravity parameters (a mistake raises
+    UserError naming the option as the user wrote it) and give a run that names no
+    integrator the gravity kind's default. Returns a line for the run's header saying so
+    when that default is not the usual one, or None."""
     import math
 
-    from gravpipe.runconfig import TREE_INTEGRATOR
+    from gravpipe.gravity import GRAVITY, PARAMETER_WORDS
+    from gravpipe.integrators import INTEGRATORS
 
     def given(key):
         return cli_values.get(key) is not None or key in file_values
@@ -468,29 +484,35 @@ def _resolve_gravity(settings, file_values: dict, cli_values: dict, config: str 
     def named(key):
         return _given_as(key, getattr(settings, key), cli_values, config)
 
-    tree = settings.gravity == "tree"
-    if settings.theta is not None:
-        if not tree:
-            raise UserError(f"{named('theta')}: the opening angle is only for --gravity tree "
-                            f"(this run has gravity {settings.gravity})")
-        if not (math.isfinite(settings.theta) and settings.theta > 0):
-            raise UserError(f"{named('theta')}: the opening angle must be finite and > 0")
-    if not tree:
-        return None
+    kind = GRAVITY[settings.gravity]
+    for key in _GRAVITY_PARAMS:
+        value = getattr(settings, key)
+        if value is None:
+            continue
+        if key not in kind.params:
+            raise UserError(f"{named(key)}: {PARAMETER_WORDS[key]} is only for --gravity " +
+                            " or ".join(k.name for k in GRAVITY.values() if key in k.params) +
+                            f" (this run has gravity {kind.name})")
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{named(key)}: {PARAMETER_WORDS[key]} must be finite and > 0")
     if given("integrator"):
-        if settings.integrator != TREE_INTEGRATOR:
-            raise UserError(f"{named('gravity')} needs --integrator {TREE_INTEGRATOR}, got {named('integrator')} "
-                            "(Hermite needs jerks, which the treecode does not compute)")
-        note = None
-    else:
-        settings.integrator = TREE_INTEGRATOR
-        hermite_only = [k for k in ("eta", "eta_s", "dt_max") if given(k)]
-        if hermite_only:
-            raise UserError(f"{named(hermite_only[0])}: a Hermite parameter, but {named('gravity')} runs "
-                            f"{TREE_INTEGRATOR} (it takes --dt)")
-        note = (f"{TREE_INTEGRATOR} chosen for gravity tree (no integrator given; the default, hermite, "
-                "needs jerks, which the treecode does not compute)")
-    return note
+        if INTEGRATORS[settings.integrator].needs_jerk and not kind.delivers_jerk:
+            raise UserError(f"{named('gravity')} needs --integrator {kind.default_integrator}, got "
+                            f"{named('integrator')} ({settings.integrator} needs jerks, which the {kind.name} "
+                            "solver does not compute)")
+        return None
+    settings.integrator = kind.default_integrator
+    spec = INTEGRATORS[settings.integrator]
+    foreign = [(k, other.name) for other in INTEGRATORS.values() if other is not spec for k in other.defaults
+               if k not in spec.defaults and given(k)]
+    if foreign and given("gravity"):  # else Simulation names the parameter and the integrator
+        key, owner = foreign[0]
+        raise UserError(f"{named(key)}: a {owner.capitalize()} parameter, but {named('gravity')} runs {spec.name} "
+                        f"(it takes {', '.join('--' + k.replace('_', '-') for k in spec.defaults)})")
+    if kind.name == "direct":
+        return None
+    return (f"{spec.name} chosen for gravity {kind.name} (no integrator given"
+            + ("; hermite needs jerks, which the treecode does not compute)" if not kind.delivers_jerk else ")"))
 
 
 def _initial_conditions(settings):
@@ -565,11 +587,13 @@ def _print_start(sim, source: str, t_end: float, out: str | None, note: str | No
     print(f"  t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
 
 
-def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | None, progress: bool) -> int:
+def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | None, progress: bool,
+                       overwrite: bool = False) -> int:
     import time
 
     start = time.perf_counter()
-    sim.evolve(t_end, snapshot_every=snap_every, checkpoint_every=ckpt_every, out=out, progress=progress)
+    sim.evolve(t_end, snapshot_every=snap_every, checkpoint_every=ckpt_every, out=out, progress=progress,
+               overwrite=overwrite)
     wall = time.perf_counter() - start
     print(f"energy error (E - E0) / |E0| = {sim.energy_error():.3e} at t = {sim.time:g}")
     _print_breakdown(sim.timings, wall)

@@ -351,7 +351,9 @@ def _mass_weighted_mean(x: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 def _pair_potential_energy(pos: np.ndarray, m: np.ndarray, G: float) -> float:
     """W = -G sum_{i<j} m_i m_j / |x_i - x_j| (unsoftened), from the float64 force pipeline."""
-    from gravpipe.pipeline import accel  # the pipeline module imports nothing from ic
+    from gravpipe.pipeline import Pipeline  # the pipeline module imports nothing from ic
 
-    _, pot = accel(pos, m, eps=0.0, G=G, precision="double")
+    pipe = Pipeline(precision="double", eps=0.0, G=G)
+    pipe.set_j(pos, m)
+    pot = pipe.forces(pos, exclude=np.arange(len(m)))[1]
     return 0.5 * float(np.dot(m, pot))

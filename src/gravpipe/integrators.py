@@ -1,8 +1,10 @@
 """The integrators a Simulation can run, behind one small interface (REBOUND's plug-ins).
 
-Each entry builds a core integrator from particles, a force pipeline and its parameters,
-and names its *quantum*: the time step that every output time must be a multiple of
-(dt_max for Hermite block steps, where all particles are synchronized; dt for leapfrog).
+Each entry builds a core integrator from particles, a force provider and its parameters,
+says whether it needs jerks from the provider, and names its *quantum*: the step whose
+multiples (counted from the integrator's grid origin) it reaches without an extra force
+evaluation (dt_max for Hermite block steps, where all particles are synchronized; dt for
+leapfrog). Any other stop costs one force evaluation on all particles.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from gravpipe._validate import check_positive_scalar
 class IntegratorSpec:
     name: str
     defaults: dict[str, float]
-    quantum_key: str   # the parameter every output time must be a multiple of
+    quantum_key: str   # the step parameter: stops at multiples of it need no extra force evaluation
     build: Callable[..., Any]
     description: str
+    needs_jerk: bool   # whether its force provider must deliver jerks
 
 
 def _build_hermite(pipe, pos, vel, mass, t0, params, restart):
@@ -43,14 +46,17 @@ def _split_restart(restart: dict[str, np.ndarray] | None):
     return f64, i64
 
 
+# defaults: the core's parameter structs (HermiteParams, LeapfrogParams), never restated here
+_DEFAULTS = _core.defaults()
+
 INTEGRATORS: dict[str, IntegratorSpec] = {
     "hermite": IntegratorSpec(
-        "hermite", {"eta": 0.02, "eta_s": 0.01, "dt_max": 0.125}, "dt_max", _build_hermite,
+        "hermite", dict(_DEFAULTS["hermite"]), "dt_max", _build_hermite,
         "4th-order Hermite, block individual time steps (Makino & Aarseth 1992); a smaller eta_s "
-        "(e.g. 0.0025) removes most of the start-up energy error of short runs"),
+        "(e.g. 0.0025) removes most of the start-up energy error of short runs", needs_jerk=True),
     "leapfrog": IntegratorSpec(
-        "leapfrog", {"dt": 1.0 / 128}, "dt", _build_leapfrog,
-        "kick-drift-kick leapfrog, shared time step"),
+        "leapfrog", dict(_DEFAULTS["leapfrog"]), "dt", _build_leapfrog,
+        "kick-drift-kick leapfrog, shared time step", needs_jerk=False),
 }
 
 

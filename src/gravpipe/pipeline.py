@@ -303,32 +303,3 @@ def _check_results(acc: np.ndarray, pot: np.ndarray, jerk: np.ndarray | None) ->
             raise ValueError(
                 f"forces: non-finite {name} for i-particle {row}: it coincides with a j-particle "
                 "and eps = 0 makes that force infinite (use eps > 0 or exclude the pair)")
-
-
-def accel(pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
-          method: str = "direct", theta: float | None = None, precision: str = "mixed", backend: str = "auto",
-          threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Self-gravity of one particle set, each particle's own term excluded.
-
-    pos (N,3), mass (N,) -> (acc (N,3), pot (N,)).
-    method "direct": all pairs on the pipeline (accuracy as for :class:`Pipeline`).
-    method "tree": the Barnes-Hut treecode with opening angle ``theta`` (default
-    ``gravpipe.tree.DEFAULT_THETA``) and quadrupoles, ``precision`` for its list kernels
-    (accuracy in :mod:`gravpipe.tree`); it runs on the CPU, so ``backend`` must be "auto"
-    or "cpu".
-    """
-    if method == "tree":
-        from gravpipe.tree import DEFAULT_THETA, Tree
-
-        if backend not in ("auto", "cpu"):
-            raise ValueError(f"backend: method='tree' runs on the CPU; got backend={backend!r}")
-        return Tree(pos, mass, eps=eps, G=G, theta=DEFAULT_THETA if theta is None else theta,
-                    threads=threads, precision=precision).forces()
-    if theta is not None:
-        raise ValueError("theta: only for method='tree'")
-    if method != "direct":
-        raise ValueError(f"method: unknown {method!r} (expected 'direct' or 'tree')")
-    pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
-    pipe.set_j(pos, mass)
-    n = pipe.n_j
-    return pipe.forces(pos, exclude=np.arange(n, dtype=np.int64))

@@ -11,13 +11,14 @@ underscores or dashes), for example::
     checkpoint_every = 0.5
     out = "run1"          # relative paths are relative to the directory of run.toml
 
-``gravity = "tree"`` (with ``theta = 0.7``, default 0.6) runs the Barnes-Hut treecode, which
-needs the leapfrog integrator: ``gravpipe run`` uses leapfrog for it when ``integrator``
-is not given and rejects an explicit hermite.
+``gravity = "tree"`` (with ``theta = 0.7``; the default is the core's) runs the Barnes-Hut
+treecode, which gives no jerks and so needs the leapfrog integrator: ``gravpipe run`` uses
+the gravity kind's default integrator when ``integrator`` is not given and rejects one
+that needs jerks (gravpipe.gravity.GRAVITY says which kind delivers them).
 
 Precedence: built-in defaults < run.toml < command line. An unknown key, or a value of
 the wrong type, raises ``ValueError`` naming the file and the key. Physical validity
-(eps >= 0, t_end on the dt_max grid, ...) is checked by ``Simulation``, and how keys combine
+(eps >= 0, t_end not before t0, ...) is checked by ``Simulation``, and how keys combine
 (gravity with integrator and theta) by ``gravpipe run``, not here.
 """
 
@@ -34,12 +35,12 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, packaged as tomli
     import tomli as tomllib
 
+from gravpipe.gravity import GRAVITY
+from gravpipe.integrators import INTEGRATORS
+
 IC_MODELS = ("plummer", "uniform-sphere", "uniform-cube")
-INTEGRATOR_NAMES = ("hermite", "leapfrog")
-GRAVITY_NAMES = ("direct", "tree")
-#: the integrator of gravity = "tree" when none is given (the default, hermite, needs jerks,
-#: which the treecode does not compute)
-TREE_INTEGRATOR = "leapfrog"
+INTEGRATOR_NAMES = tuple(INTEGRATORS)
+GRAVITY_NAMES = tuple(GRAVITY)
 PRECISIONS = ("mixed", "double")
 
 # The embedded default run (``gravpipe run`` with no arguments): a Plummer sphere with
@@ -60,9 +61,9 @@ class RunSettings:
     ic: str = "plummer"
     n: int = DEFAULT_N
     seed: int = DEFAULT_SEED
-    integrator: str = "hermite"
+    integrator: str | None = None  # None: the gravity kind's default integrator
     gravity: str = "direct"
-    theta: float | None = None  # tree opening angle (None: Simulation's default, 0.6)
+    theta: float | None = None  # tree opening angle (None: the core's default)
     t_end: float = DEFAULT_T_END
     snap_every: float | None = None
     checkpoint_every: float | None = None
@@ -76,6 +77,7 @@ class RunSettings:
     backend: str = "auto"
     threads: int | None = None
     no_progress: bool = False
+    overwrite: bool = False
 
 
 KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
@@ -150,7 +152,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "integrator": _choice(INTEGRATOR_NAMES), "gravity": _choice(GRAVITY_NAMES), "theta": _number,
     "t_end": _number, "snap_every": _number, "checkpoint_every": _number, "out": _string, "eps": _number,
     "eta": _number, "eta_s": _number, "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS),
-    "backend": _string, "threads": _positive_int, "no_progress": _bool,
+    "backend": _string, "threads": _positive_int, "no_progress": _bool, "overwrite": _bool,
 }
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
 

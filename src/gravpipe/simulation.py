@@ -23,20 +23,15 @@ from typing import Any
 import numpy as np
 
 from gravpipe import diagnostics, integrators
+from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
 from gravpipe.io.atomic import atomic_open
 from gravpipe.particles import Particles
-from gravpipe.backends import resolve_backend
-from gravpipe.pipeline import Pipeline
-from gravpipe.tree import DEFAULT_THETA, Tree, TreeGravity
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
-# Tree runs measure their potential energy with a tree of this opening angle (float64 list
-# kernels, quadrupoles): O(N log N) where a float64 direct sum would cost O(N^2) per
-# diagnostics row, with a relative error of W ~1e-6 (tests/test_tree.py).
-DIAGNOSTICS_THETA = 0.25
 CHECKPOINT_GLOB = "checkpoint_*.h5"
+RUN_FILE_PATTERNS = ("snapshot_*.h5", CHECKPOINT_GLOB, "diagnostics.csv")
 
 
 @dataclass
@@ -88,6 +83,7 @@ class RunConfig:
     energy0: float
     evolve: dict[str, Any] = field(default_factory=dict)  # t_end, cadences, out of the last evolve
     theta: float | None = None  # opening angle of gravity="tree"
+    outputs: dict[str, int] = field(default_factory=dict)  # files written so far: snapshot, checkpoint
 
 
 class Simulation:
@@ -96,57 +92,60 @@ class Simulation:
     Parameters
     ----------
     particles : Particles (N-body units by default: G = M = 1).
-    gravity : "direct" (O(N^2) on the force pipeline) or "tree" (Barnes-Hut treecode,
-        opening angle ``theta``, default ``tree.DEFAULT_THETA`` (0.6) with quadrupoles; leapfrog only, as the tree
-        gives no jerks; ``precision`` selects its list kernels, as for the pipeline; the
-        tree runs on the CPU, so ``backend`` must be "auto" or "cpu").
+    gravity : a kind of :data:`gravpipe.gravity.GRAVITY`: "direct" (O(N^2) on the force
+        pipeline) or "tree" (Barnes-Hut treecode with quadrupoles, opening angle ``theta``;
+        it gives no jerks, so it runs with leapfrog; ``precision`` selects its list
+        kernels, as for the pipeline; it computes on the CPU).
     integrator : "hermite" (block time steps; takes eta, eta_s, dt_max) or "leapfrog"
-        (shared step; takes dt).
+        (shared step; takes dt). None: the gravity kind's default (hermite for direct,
+        leapfrog for tree).
     eps : Plummer softening length (>= 0).
     backend, precision, threads : as for :class:`gravpipe.Pipeline`.
-    eta, eta_s, dt_max, dt : integrator parameters (None: the integrator's default).
-    theta : tree opening angle (gravity="tree" only).
+    eta, eta_s, dt_max, dt : integrator parameters (None: the core's default, see
+        ``gravpipe.integrators.INTEGRATORS``).
+    t0 : the time of ``particles``.
+    theta : tree opening angle (gravity="tree" only; None: the core's default).
     """
 
-    def __init__(self, particles: Particles, gravity: str = "direct", integrator: str = "hermite", *,
+    def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
                  eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
                  threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
                  dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 theta: float | None = None, _restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None):
+                 theta: float | None = None):
+        self._setup(particles, gravity, integrator, eps=eps, G=G, backend=backend, precision=precision,
+                    threads=threads, integrator_params={"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt},
+                    t0=t0, gravity_params={"theta": theta}, restart=None)
+
+    def _setup(self, particles: Particles, gravity: str, integrator: str | None, *, eps: float, G: float,
+               backend: str, precision: str, threads: int | None, integrator_params: dict[str, float | None],
+               t0: float, gravity_params: dict[str, float | None],
+               restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None) -> None:
+        """The constructor's work; ``restart`` (config, integrator state, diagnostics
+        history) continues a run from a checkpoint (see :meth:`resume`)."""
         if not isinstance(particles, Particles):
             raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
-        if gravity not in ("direct", "tree"):
-            raise ValueError(f"gravity: unknown {gravity!r} (expected 'direct' or 'tree')")
-        spec, params = integrators.resolve(integrator, {"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt})
-        if gravity == "tree" and spec.name != "leapfrog":
-            raise ValueError(f"gravity='tree' needs integrator='leapfrog' ({spec.name} needs jerks, "
-                             "which the treecode does not compute)")
-        if gravity != "tree" and theta is not None:
-            raise ValueError("theta: only for gravity='tree'")
+        kind, gparams = gravity_registry.resolve(gravity, gravity_params)
+        spec, params = integrators.resolve(integrator or kind.default_integrator, integrator_params)
+        if spec.needs_jerk and not kind.delivers_jerk:
+            usable = [n for n, s in integrators.INTEGRATORS.items() if not s.needs_jerk]
+            raise ValueError(f"gravity={kind.name!r} needs integrator={' or '.join(map(repr, usable))} "
+                             f"({spec.name} needs jerks, which the {kind.name} solver does not compute)")
         eps = check_positive_scalar("eps", eps)
         if not math.isfinite(float(t0)):
             raise ValueError(f"t0: must be finite, got {t0!r}")
-        self._spec = spec
-        if gravity == "tree":
-            theta = DEFAULT_THETA if theta is None else theta
-            if backend == "cuda":
-                raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' "
-                                 "(use 'cpu' or 'auto')")
-            resolve_backend(backend)  # an unknown backend name is still an error
-            self._pipe = TreeGravity(eps, G, theta=theta, threads=threads, precision=precision)
-        else:
-            self._pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
+        self._spec, self._kind = spec, kind
+        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads, **gparams)
         self._mass = np.array(particles.mass)
         self._ids = np.array(particles.id)
-        self._gravity = gravity
-        if _restart is None:
+        self._run_dir: Path | None = None  # the run directory this run writes to
+        if restart is None:
             energy0 = diagnostics.energy(particles, eps, G, pot=self._diagnostic_pot(particles, eps, G)).total
-            self.config = RunConfig(gravity, spec.name, params, eps, float(G), backend, precision, threads,
-                                    float(t0), energy0, theta=self._pipe.theta if gravity == "tree" else None)
+            self.config = RunConfig(kind.name, spec.name, params, eps, float(G), backend, precision, threads,
+                                    float(t0), energy0, theta=gparams.get("theta"))
             state, self.history = None, []
         else:
-            self.config, state, self.history = _restart
-        self._core = spec.build(self._pipe._impl, np.array(particles.pos), np.array(particles.vel),
+            self.config, state, self.history = restart
+        self._core = spec.build(self._source.provider, np.array(particles.pos), np.array(particles.vel),
                                 self._mass, self.config.t0, self.config.params, state)
         # step counts of the run before this process (a resumed run continues the count, so
         # the steps columns of diagnostics.csv match an uninterrupted run)
@@ -154,29 +153,43 @@ class Simulation:
         self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
         # the start-up force evaluation on all particles is not part of any step
         self._startup = self._raw_timings()
-        if _restart is None:
+        if restart is None:
             self._record()
 
     # ---- state -----------------------------------------------------------------------
     @property
     def time(self) -> float:
+        """The current time: every particle is synchronized here (N-body time units)."""
         return self._core.time
+
+    @property
+    def provider(self) -> gravity_registry.ForceSource:
+        """The force source of this run (a :class:`gravpipe.Pipeline` for gravity="direct",
+        a :class:`gravpipe.tree.TreeGravity` for "tree"): backend, counters, threads."""
+        return self._source
+
+    @property
+    def grid_origin(self) -> float:
+        """Stops at ``grid_origin + k * quantum`` are reached by whole steps; any other stop
+        costs one extra force evaluation on all particles and becomes the new origin."""
+        return self._core.grid_origin
 
     @property
     def backend(self) -> str:
         """The backend that computes the forces ("cpu", ...), as chosen by ``backend="auto"``."""
-        return self._pipe.backend
+        return self._source.backend
 
     @property
     def backend_detail(self) -> str:
         """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
         (``Pipeline.backend_detail`` names the machine's maximum)."""
-        p = self._pipe
+        p = self._source
         return f"isa={p.isa}, threads={p.threads}" if p.backend == "cpu" else p.backend_detail
 
     @property
     def quantum(self) -> float:
-        """Output times must be multiples of this (dt_max for Hermite, dt for leapfrog)."""
+        """The integrator's step on its grid (dt_max for Hermite, dt for leapfrog): stops at
+        ``grid_origin`` plus multiples of it cost no extra force evaluation."""
         return self.config.params[self._spec.quantum_key]
 
     @property
@@ -185,22 +198,14 @@ class Simulation:
         return Particles(self._core.positions(), self._core.velocities(), self._mass, self._ids)
 
     def energy(self) -> diagnostics.Energy:
-        """Kinetic, potential and total energy now. The potential is a float64 direct sum
-        for gravity="direct" and a float64 tree at ``DIAGNOSTICS_THETA`` for gravity="tree"."""
+        """Kinetic, potential and total energy now, the potential in float64 as the gravity
+        kind's ``diagnostic_potential`` computes it (a float64 direct sum on the run's
+        backend for "direct", a fine float64 tree for "tree")."""
         p, c = self.particles, self.config
         return diagnostics.energy(p, c.eps, c.G, pot=self._diagnostic_pot(p, c.eps, c.G))
 
-    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray | None:
-        """Potentials for the energy diagnostics: a float64 direct sum for direct runs (on
-        the GPU when the run uses it, else None: numpy); a fine float64 tree for tree runs,
-        whose steps are O(N log N) too."""
-        if self._gravity != "tree":
-            if self._pipe.backend != "cuda":
-                return None
-            exact = Pipeline(backend="cuda", precision="double", eps=eps, G=G)
-            exact.set_j(p.pos, p.mass)
-            return exact.forces(p.pos, exclude=np.arange(p.n))[1]
-        return Tree(p.pos, p.mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double").forces()[1]
+    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray:
+        return self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G)
 
     def energy_error(self) -> float:
         """(E - E0) / |E0| relative to the energy at the start of the run."""
@@ -208,7 +213,7 @@ class Simulation:
 
     def _raw_timings(self) -> Timings:
         c = self._core.counters()
-        s = self._pipe.stats
+        s = self._source.stats
         return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
                        compute=s.seconds_compute, total=c["seconds_total"], steps=c["steps"],
                        particle_steps=c["particle_steps"], interactions=s.interactions)
@@ -226,63 +231,99 @@ class Simulation:
 
     # ---- evolution -------------------------------------------------------------------
     def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
-               out: str | Path | None = None, progress: bool = True) -> None:
-        """Advance to ``t_end``, writing snapshots/checkpoints into ``out`` at multiples of
-        the given intervals (counted from t0). All times must be multiples of ``quantum``."""
-        t_end = self._on_grid("t_end", t_end)
-        if t_end < self.time:
+               out: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> None:
+        """Advance to ``t_end`` (any time not before ``time``; it is reached exactly).
+
+        Snapshots and checkpoints go to the run directory ``out`` at t0 + k * interval and,
+        when their interval is given, at ``t_end`` too, so a run always ends with its final
+        state on disk. Files are numbered in the order written (``snapshot_0001.h5``, ...).
+        Stops on the integrator's grid (``grid_origin`` + k * ``quantum``) cost nothing
+        extra; any other stop synchronizes all particles there with one extra force
+        evaluation on all of them (Hermite: a shortened last step for each particle; leapfrog:
+        one shortened step), and later steps count from it.
+
+        ``out`` may not hold another run's files (snapshots, checkpoints, diagnostics.csv)
+        unless this Simulation was resumed from it or wrote them itself: continue such a run
+        with :meth:`resume`, choose a new directory, or pass ``overwrite=True`` to delete
+        that run's files first.
+        """
+        t_end = _finite_time("t_end", t_end)
+        if t_end < self.time and not self._same_time(t_end, self.time):
             raise ValueError(f"t_end: {t_end} is before the current time {self.time}")
-        cadences = {"snapshot": snapshot_every, "checkpoint": checkpoint_every}
-        for name, every in cadences.items():
-            if every is not None:
-                cadences[name] = self._on_grid(f"{name}_every", every, interval=True)
+        cadences: dict[str, float | None] = {}
+        for name, every in (("snapshot", snapshot_every), ("checkpoint", checkpoint_every)):
+            cadences[name] = None if every is None else check_positive_scalar(f"{name}_every", every, allow_zero=False)
         if out is None and any(v is not None for v in cadences.values()):
             raise ValueError("out: snapshot_every / checkpoint_every need an output directory")
-        out_dir = Path(out) if out is not None else None
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = self._claim_run_dir(out, overwrite) if out is not None else None
         self.config.evolve = {"t_end": t_end, "snapshot_every": cadences["snapshot"],
                               "checkpoint_every": cadences["checkpoint"], "out": str(out_dir) if out_dir else None}
-        stops = self._stops(t_end, cadences)
+        row_every = self.quantum * max(1, math.floor((t_end - self.config.t0) / (50 * self.quantum) + 1e-9))
         with _progress_bar(progress, self.time, t_end) as bar:
-            for t_stop, what in stops:
+            while (stop := self._next_stop(t_end, cadences, row_every)) is not None:
+                t_stop, what = stop
                 self._core.evolve_to(t_stop)
                 self._record()
-                if "snapshot" in what:
-                    self.write_snapshot(out_dir / f"snapshot_{self._index(cadences['snapshot']):04d}.h5")
-                if "checkpoint" in what:
-                    self.write_checkpoint(out_dir / f"checkpoint_{self._index(cadences['checkpoint']):04d}.h5")
-                if out_dir is not None:
-                    self._write_diagnostics(out_dir / "diagnostics.csv")
+                self._write_outputs(out_dir, what)
                 bar(self.time, self.timings.steps, self.history[-1]["energy_error"])
 
-    def _on_grid(self, name: str, value: float, interval: bool = False) -> float:
-        v = float(value)
-        k = (v - (0.0 if interval else self.config.t0)) / self.quantum
-        if not math.isfinite(v) or (interval and v <= 0) or abs(k - round(k)) > 1e-9 * max(1.0, abs(k)):
-            what = "a positive multiple" if interval else "t0 plus a multiple"
-            raise ValueError(f"{name}: {value!r} must be {what} of {self._spec.quantum_key} = {self.quantum}")
-        return (0.0 if interval else self.config.t0) + round(k) * self.quantum
+    def _same_time(self, a: float, b: float) -> bool:
+        """Two times closer than rounding of the step grid: the same stop."""
+        return abs(a - b) <= 1e-9 * self.quantum
 
-    def _stops(self, t_end: float, cadences: dict[str, float | None]) -> list[tuple[float, set[str]]]:
-        """(time, {"snapshot", "checkpoint"}) stops after now, up to and including t_end."""
-        q, t0 = self.quantum, self.config.t0
-        now_k, end_k = round((self.time - t0) / q), round((t_end - t0) / q)
-        marks: dict[int, set[str]] = {end_k: set()}
-        for name, every in cadences.items():
-            if every is not None:
-                step = round(every / q)
-                for k in range(step * (now_k // step + 1), end_k + 1, step):
-                    marks.setdefault(k, set()).add(name)
-        # progress and diagnostics at least every ~1/50 of the run, on a grid counted from
-        # t0 (not from now), so that a resumed run records the same rows as an uninterrupted one
-        stride = max(1, end_k // 50)
-        for k in range(stride * (now_k // stride + 1), end_k, stride):
-            marks.setdefault(k, set())
-        return [(t0 + k * q, marks[k]) for k in sorted(marks) if k > now_k]
+    def _next_stop(self, t_end: float, cadences: dict[str, float | None], row_every: float
+                   ) -> tuple[float, set[str]] | None:
+        """The next stop after now, up to ``t_end``, and the files due there; None at t_end.
 
-    def _index(self, every: float) -> int:
-        return round((self.time - self.config.t0) / every)
+        Output times are t0 + k * interval. Diagnostics rows come about every 1/50 of the
+        run (``row_every``, a multiple of the quantum) on the integrator's grid, so they never
+        cost a synchronization, and counted from the grid origin (not from now), so a
+        resumed run records the same rows as an uninterrupted one. Found one stop at a time,
+        because an off-grid stop moves the grid origin.
+        """
+        now = self.time
+        if t_end <= now or self._same_time(t_end, now):
+            return None
+        due = {name: _after(now, self.config.t0, every, self.quantum) for name, every in cadences.items() if every}
+        origin = self.grid_origin
+        row = _after(now, origin, row_every, self.quantum)
+        t_stop = min([t_end, row, *due.values()])
+        if self._same_time(t_stop, t_end):  # the end: every file kind that is on
+            return t_end, {name for name in due}
+        return t_stop, {name for name, t in due.items() if self._same_time(t, t_stop)}
+
+    def _write_outputs(self, out_dir: Path | None, what: set[str]) -> None:
+        """Write the files due at this stop, numbered in the order written (the counts are
+        part of the run config, so a resumed run continues the numbering)."""
+        counts = self.config.outputs
+        for name in what:  # count first: a checkpoint records the snapshot written beside it
+            counts[name] = counts.get(name, 0) + 1
+        if "snapshot" in what:
+            self.write_snapshot(out_dir / f"snapshot_{counts['snapshot']:04d}.h5")
+        if "checkpoint" in what:
+            self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}.h5")
+        if out_dir is not None:
+            self._write_diagnostics(out_dir / "diagnostics.csv")
+
+    def _claim_run_dir(self, out: str | Path, overwrite: bool) -> Path:
+        """``out`` as this run's directory, created if missing; refuses one that holds another
+        run unless ``overwrite`` (then that run's files are deleted first)."""
+        d = Path(out)
+        if d.exists() and not d.is_dir():
+            raise ValueError(f"out: {d} is a file, not a run directory")
+        if self._run_dir is not None and d.resolve() == self._run_dir:
+            return d
+        old = run_files(d)
+        if old and not overwrite:
+            raise FileExistsError(
+                f"{d}: holds another run ({len(old)} files, e.g. {old[0].name}); continue it with "
+                f"--resume {d} (Simulation.resume), choose a new directory, or replace it with "
+                "--overwrite (overwrite=True)")
+        for f in old:
+            f.unlink()
+        d.mkdir(parents=True, exist_ok=True)
+        self._run_dir = d.resolve()
+        return d
 
     def _record(self) -> None:
         p = self.particles
@@ -302,7 +343,7 @@ class Simulation:
     def _parameters(self) -> dict[str, Any]:
         c = self.config
         return {"integrator": c.integrator, "gravity": c.gravity, "eps": c.eps, "G": c.G,
-                "precision": c.precision, "backend": self._pipe.backend, "run_config": json.dumps(asdict(c))}
+                "precision": c.precision, "backend": self._source.backend, "run_config": json.dumps(asdict(c))}
 
     def write_snapshot(self, path: str | Path) -> Path:
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
@@ -339,12 +380,46 @@ class Simulation:
         hist_cols = {k[len("history_"):]: v for k, v in snap.integrator_state.items() if k.startswith("history_")}
         n_rows = len(next(iter(hist_cols.values()))) if hist_cols else 0
         history = [{k: v[i].item() for k, v in hist_cols.items()} for i in range(n_rows)]
-        restart = (config, state, history)
-        kw = dict(config.params)
-        return cls(snap.particles, config.gravity, config.integrator, eps=config.eps, G=config.G,
+        if "outputs" not in json.loads(snap.parameters["run_config"]):
+            config.outputs = _legacy_output_counts(config, path, snap.time)
+        sim = cls.__new__(cls)
+        sim._setup(snap.particles, config.gravity, config.integrator, eps=config.eps, G=config.G,
                    backend=config.backend, precision=config.precision,
-                   threads=threads if threads is not None else config.threads, t0=config.t0,
-                   theta=config.theta, _restart=restart, **kw)
+                   threads=threads if threads is not None else config.threads, integrator_params=config.params,
+                   t0=config.t0, gravity_params={"theta": config.theta}, restart=(config, state, history))
+        sim._run_dir = Path(out).resolve()
+        return sim
+
+
+def _legacy_output_counts(config: RunConfig, checkpoint: Path, time: float) -> dict[str, int]:
+    """Files written before a checkpoint of gravpipe 0.1.0, which numbered them by time."""
+    every = config.evolve.get("snapshot_every")
+    snapshots = round((time - config.t0) / every) if every else 0
+    return {"snapshot": snapshots, "checkpoint": int(checkpoint.stem.split("_")[-1])}
+
+
+def run_files(d: str | Path) -> list[Path]:
+    """The files of a run in directory ``d`` (snapshots, checkpoints, diagnostics.csv)."""
+    d = Path(d)
+    if not d.is_dir():
+        return []
+    return sorted(f for pattern in RUN_FILE_PATTERNS for f in d.glob(pattern) if f.is_file())
+
+
+def _finite_time(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    return v
+
+
+def _after(now: float, origin: float, every: float, quantum: float) -> float:
+    """The first origin + k * every after ``now`` (one within rounding of now is now)."""
+    k = math.floor((now - origin) / every + 1e-9 * quantum / every) + 1
+    return origin + k * every
 
 
 def latest_checkpoint(out: str | Path) -> Path:

@@ -45,16 +45,19 @@ from numpy.typing import ArrayLike
 
 from gravpipe import _core
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
+from gravpipe.pipeline import PipelineStats
 
 __all__ = ["Tree", "TreeStats", "check_tree_params"]
 
-DEFAULT_N_LEAF = 16
-DEFAULT_N_CRIT = 256
+# The core's defaults (TreeParams in cpp/include/gravpipe/tree.hpp), never restated here.
+_DEFAULTS = _core.defaults()["tree"]
+DEFAULT_N_LEAF: int = _DEFAULTS["n_leaf"]
+DEFAULT_N_CRIT: int = _DEFAULTS["n_crit"]
 # The cheapest opening angle inside the accuracy the treecode promises at its default
 # (Plummer N = 1e6: median |da|/|a| <= 3e-4, 99th percentile <= 1.5e-3; measured 2.3e-4 /
 # 8.5e-4, BENCHMARKS.md); 0.5 halves the errors for ~1.25x the time.
-DEFAULT_THETA = 0.6
-DEFAULT_QUAD_TOL = 0.0
+DEFAULT_THETA: float = _DEFAULTS["theta"]
+DEFAULT_QUAD_TOL: float = _DEFAULTS["quad_tol"]
 
 
 @dataclass(frozen=True)
@@ -271,9 +274,12 @@ class TreeGravity:
                                f"threads={self.threads}")
 
     @property
-    def stats(self):
-        from gravpipe.pipeline import PipelineStats
+    def provider(self):
+        """The core force provider (``_core.TreeForceProvider``) integrators take forces from."""
+        return self._impl
 
+    @property
+    def stats(self) -> PipelineStats:
         return PipelineStats(**self._impl.stats())
 
     @property

@@ -19,7 +19,7 @@ namespace gravpipe {
 struct HermiteParams {
   double eta = 0.02;     // Aarseth step parameter
   double eta_s = 0.01;   // starting step: eta_s |a| / |jerk|
-  double dt_max = 0.125; // largest step; snapshot and checkpoint times are multiples of it
+  double dt_max = 0.125; // largest step; stops at multiples of it cost no extra force evaluation
 };
 
 class HermiteIntegrator final : public Integrator {
@@ -30,8 +30,11 @@ class HermiteIntegrator final : public Integrator {
   HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params,
                     const CheckpointState& restart);
 
+  /// Any t >= time(): the block steps reach the grid points (grid_origin() + k dt_max)
+  /// exactly; any other t costs a synchronization (see synchronize()).
   void evolve_to(double t) override;
   double time() const override { return timeline_.time(now_); }
+  double grid_origin() const override { return timeline_.t0; }
   const ParticleState& state() const override { return s_; }
   CheckpointState checkpoint() const override;
   IntegratorCounters counters() const override { return counters_; }
@@ -39,13 +42,15 @@ class HermiteIntegrator final : public Integrator {
  private:
   void check_params() const;
   void start();
-  void block();
+  void run_block(std::int64_t t_block);
+  void synchronize(double t);
   void predict(std::int64_t i, std::int64_t t_block);
+  void predict_by(std::int64_t i, double dt);
   void predict_all(std::int64_t t_block);
   void write_j();
   void send_j_taylor(const std::vector<std::int64_t>& which);
   void next_active(std::int64_t& t_block);
-  void correct(std::size_t i, std::int64_t t_block, const double a1[3], const double j1[3]);
+  double correct(std::size_t i, double dt, const double a1[3], const double j1[3]);
   std::int64_t first_step(std::size_t i) const;
   void check_steps(const std::vector<std::int64_t>& which) const;
   std::int64_t quantize(double dt_want, std::int64_t dt_old, std::int64_t t_new) const;

@@ -34,9 +34,12 @@ struct IntegratorCounters {
 class Integrator {
  public:
   virtual ~Integrator() = default;
-  /// Advance to time t; on return every particle is synchronized at t.
+  /// Advance to any time t >= time(); on return every particle is synchronized at t.
   virtual void evolve_to(double t) = 0;
   virtual double time() const = 0;
+  /// Times grid_origin() + k * quantum (dt_max, dt) are reached by whole steps; any other
+  /// stop costs one extra force evaluation on all particles and moves the origin to it.
+  virtual double grid_origin() const = 0;
   virtual const ParticleState& state() const = 0;
   virtual CheckpointState checkpoint() const = 0;
   virtual IntegratorCounters counters() const = 0;

@@ -18,9 +18,11 @@ class LeapfrogIntegrator final : public Integrator {
   LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params,
                      const CheckpointState& restart);
 
-  /// t must be t0 + k dt (times come from the step count, never accumulated).
+  /// Any t >= time(); grid times t0 + k dt are whole steps (times come from the step
+  /// count, never accumulated), another t ends with one shortened step.
   void evolve_to(double t) override;
   double time() const override { return t0_ + static_cast<double>(steps_) * params_.dt; }
+  double grid_origin() const override { return t0_; }
   const ParticleState& state() const override { return s_; }
   CheckpointState checkpoint() const override;
   IntegratorCounters counters() const override { return counters_; }
@@ -28,12 +30,12 @@ class LeapfrogIntegrator final : public Integrator {
  private:
   void check_params() const;
   void compute_forces();
-  void step();
+  void step(double dt);
 
   ForceProvider& forces_;
   ParticleState s_;
   LeapfrogParams params_;
-  double t0_;
+  double t0_;  // grid origin: the start, or the last off-grid stop
   std::int64_t steps_ = 0;
   std::vector<double> acc_, pot_;
   std::vector<std::int64_t> all_;

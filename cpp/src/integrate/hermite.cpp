@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "gravpipe/error.hpp"
@@ -20,13 +21,13 @@ constexpr std::int64_t kMinParallel = 4096;
 
 double norm3(const double* v) { return std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]); }
 
-/// Ticks from t0 to t, which must be a whole number of dt_max.
-std::int64_t sync_ticks(const Timeline& tl, double t) {
+/// Ticks from the grid origin to t when t is the origin plus a whole number of dt_max
+/// (within rounding), where every particle is synchronized by the block steps alone.
+std::optional<std::int64_t> grid_ticks(const Timeline& tl, double t) {
   const double steps = (t - tl.t0) / tl.dt_max;
   const double whole = std::round(steps);
   if (!std::isfinite(steps) || std::abs(steps - whole) > 1e-9 * std::max(1.0, std::abs(whole)))
-    throw InputError("evolve_to: t = " + std::to_string(t) + " is not t0 + k * dt_max (dt_max = " +
-                     std::to_string(tl.dt_max) + "); output times must be multiples of dt_max");
+    return std::nullopt;
   return static_cast<std::int64_t>(whole) * kTicksPerDtMax;
 }
 
@@ -51,6 +52,8 @@ HermiteIntegrator::HermiteIntegrator(ForceProvider& forces, ParticleState state,
     acc_ = restart.f64.at("acc");
     jerk_ = restart.f64.at("jerk");
     pot_ = restart.f64.at("pot");
+    // the origin moves to each off-grid synchronization; older checkpoints lack it
+    if (const auto it = restart.f64.find("timeline_t0"); it != restart.f64.end()) timeline_.t0 = it->second.at(0);
   } catch (const std::out_of_range&) {
     throw InputError("hermite restart: checkpoint lacks t_ticks, dt_ticks, now_ticks, acc, jerk or pot");
   }
@@ -126,18 +129,71 @@ void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) cons
 }
 
 void HermiteIntegrator::evolve_to(double t) {
-  const std::int64_t target = sync_ticks(timeline_, t);
-  if (target < now_) throw InputError("evolve_to: t is before the current time");
+  if (!std::isfinite(t)) throw InputError("evolve_to: t must be finite");
+  const std::optional<std::int64_t> target = grid_ticks(timeline_, t);
+  if (target ? *target < now_ : t < time())
+    throw InputError("evolve_to: t = " + std::to_string(t) + " is before the current time " + std::to_string(time()));
   const auto t_start = Clock::now();
   const double provider_before = provider_seconds(forces_.stats());
-  while (now_ < target) block();
+  std::int64_t t_block = 0;
+  if (target) {
+    while (now_ < *target) {
+      next_active(t_block);
+      run_block(t_block);
+    }
+  } else {
+    for (next_active(t_block); timeline_.time(t_block) < t; next_active(t_block)) run_block(t_block);
+    synchronize(t);
+  }
   counters_.seconds_total += seconds_since(t_start);
   counters_.seconds_host +=
       seconds_since(t_start) - (provider_seconds(forces_.stats()) - provider_before);
 }
 
+// An off-grid stop: every particle takes a shortened step from its own time to t (one force
+// evaluation on all N), then the block clock restarts at t with every particle at tick 0, so
+// later steps are again dt_max / 2^k, counted from t.
+void HermiteIntegrator::synchronize(double t) {
+  const std::size_t n = s_.size();
+  const auto count = static_cast<std::int64_t>(n);
+  std::vector<double> dt(n);
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+  for (std::int64_t i = 0; i < count; ++i) {
+    dt[i] = t - timeline_.time(t_[i]);
+    predict_by(i, dt[i]);
+  }
+  if (all_.size() != n) {
+    all_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) all_[i] = static_cast<std::int64_t>(i);
+  }
+  ai_.resize(3 * n), ji_.resize(3 * n), pi_.resize(n);
+  forces_.set_j({xp_.data(), 3 * n}, {s_.mass.data(), n}, {vp_.data(), 3 * n});
+  forces_.forces({{xp_.data(), 3 * n}, {vp_.data(), 3 * n}, {all_.data(), n},
+                  {ai_.data(), 3 * n}, {pi_.data(), n}, {ji_.data(), 3 * n}});
+  const double tick = timeline_.tick();
+#pragma omp parallel for schedule(static) if (count >= kMinParallel)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double want = correct(i, dt[i], &ai_[3 * i], &ji_[3 * i]);
+    pot_[i] = pi_[i];
+    // Aarseth's criterion differences a and jerk over the step: over a step cut far below
+    // the particle's own it is mostly rounding noise, so the particle keeps its step then.
+    const std::int64_t old = dt_[i];
+    dt_[i] = dt[i] >= 0.5 * static_cast<double>(old) * tick ? quantize(want, old, 0) : old;
+    t_[i] = 0;
+  }
+  timeline_.t0 = t;
+  now_ = 0;
+  check_steps(all_);
+  resort_j_ = true;
+  counters_.steps += 1;
+  counters_.particle_steps += n;
+}
+
 void HermiteIntegrator::predict(std::int64_t i, std::int64_t t_block) {
-  const double dt = static_cast<double>(t_block - t_[i]) * timeline_.tick();
+  predict_by(i, static_cast<double>(t_block - t_[i]) * timeline_.tick());
+}
+
+void HermiteIntegrator::predict_by(std::int64_t i, double dt) {
   for (int c = 0; c < 3; ++c) {
     const double a = acc_[3 * i + c], j = jerk_[3 * i + c];
     xp_[3 * i + c] = s_.pos[3 * i + c] + dt * (s_.vel[3 * i + c] + dt * (0.5 * a + dt * j / 6.0));
@@ -211,10 +267,8 @@ void HermiteIntegrator::next_active(std::int64_t& t_block) {
   }
 }
 
-void HermiteIntegrator::block() {
+void HermiteIntegrator::run_block(std::int64_t t_block) {
   const std::size_t n = s_.size();
-  std::int64_t t_block = 0;
-  next_active(t_block);
   const std::size_t na = active_.size();
   const auto count = static_cast<std::int64_t>(na);
   if (forces_.predicts_j()) {
@@ -251,8 +305,10 @@ void HermiteIntegrator::block() {
 #pragma omp parallel for schedule(static) if (count >= kMinParallel)
   for (std::int64_t k = 0; k < count; ++k) {
     const auto i = static_cast<std::size_t>(active_[k]);
-    correct(i, t_block, &ai_[3 * k], &ji_[3 * k]);
+    const double want = correct(i, static_cast<double>(t_block - t_[i]) * timeline_.tick(), &ai_[3 * k], &ji_[3 * k]);
     pot_[i] = pi_[k];
+    dt_[i] = quantize(want, dt_[i], t_block);
+    t_[i] = t_block;
   }
   check_steps(active_);
   if (forces_.predicts_j()) send_j_taylor(active_);
@@ -262,10 +318,9 @@ void HermiteIntegrator::block() {
   counters_.particle_steps += na;
 }
 
-// Hermite corrector (Makino & Aarseth 1992, eqs. 7-10) and Aarseth's step criterion.
-void HermiteIntegrator::correct(std::size_t i, std::int64_t t_block, const double a1[3],
-                                const double j1[3]) {
-  const double dt = static_cast<double>(t_block - t_[i]) * timeline_.tick();
+// Hermite corrector (Makino & Aarseth 1992, eqs. 7-10) over a step of dt from the particle's
+// own time; returns the step Aarseth's criterion wants next (physical time).
+double HermiteIntegrator::correct(std::size_t i, double dt, const double a1[3], const double j1[3]) {
   const double dt2 = dt * dt, dt3 = dt2 * dt;
   double a2[3], a3[3];
   for (int c = 0; c < 3; ++c) {
@@ -280,9 +335,7 @@ void HermiteIntegrator::correct(std::size_t i, std::int64_t t_block, const doubl
   }
   const double a = norm3(a1), j = norm3(j1), s = norm3(a2), c3 = norm3(a3);
   const double num = a * s + j * j, den = j * c3 + s * s;
-  const double want = den > 0 ? std::sqrt(params_.eta * num / den) : params_.dt_max;
-  t_[i] = t_block;
-  dt_[i] = quantize(want, dt_[i], t_block);
+  return den > 0 ? std::sqrt(params_.eta * num / den) : params_.dt_max;
 }
 
 CheckpointState HermiteIntegrator::checkpoint() const {
@@ -292,6 +345,7 @@ CheckpointState HermiteIntegrator::checkpoint() const {
   c.i64["t_ticks"] = t_;
   c.i64["dt_ticks"] = dt_;
   c.i64["now_ticks"] = {now_};
+  c.f64["timeline_t0"] = {timeline_.t0};
   c.f64["acc"] = acc_;
   c.f64["jerk"] = jerk_;
   c.f64["pot"] = pot_;
