@@ -4,9 +4,10 @@
     sim.evolve(t_end=10.0, snapshot_every=1.0, checkpoint_every=1.0, out="run1/")
     print(sim.energy_error(), sim.timings)
 
-A run directory holds ``snapshot_NNNN.h5`` (GADGET-4 layout), ``checkpoint_NNNN.h5`` (the
-same plus the exact integrator state) and ``diagnostics.csv``; every file is written
-atomically. ``Simulation.resume(dir)`` continues from the newest checkpoint and reproduces
+``evolve`` reaches any end time exactly (off the integrator's step grid at the cost of one
+extra force evaluation on all particles). A run directory holds ``snapshot_NNNN.h5``
+(GADGET-4 layout), ``checkpoint_NNNN.h5`` (the same plus the exact integrator state) and
+``diagnostics.csv``, numbered in the order written; every file is written atomically. ``Simulation.resume(dir)`` continues from the newest checkpoint and reproduces
 the uninterrupted run bit for bit (same backend, precision and thread count).
 """
 
@@ -346,6 +347,8 @@ class Simulation:
                 "precision": c.precision, "backend": self._source.backend, "run_config": json.dumps(asdict(c))}
 
     def write_snapshot(self, path: str | Path) -> Path:
+        """Write the particles at ``time`` as an HDF5 snapshot (GADGET-4 layout, written
+        atomically) with the run's parameters; returns the path."""
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
 
     def write_checkpoint(self, path: str | Path) -> Path:
