@@ -34,6 +34,7 @@ nb::dict gravpipe::bindings::stats_dict(const gravpipe::PipelineStats& s) {
   d["seconds_i_write"] = s.seconds_i_write;
   d["seconds_compute"] = s.seconds_compute;
   d["seconds_result_read"] = s.seconds_result_read;
+  d["seconds_comm"] = s.seconds_comm;
   d["tile_visits"] = s.tile_visits;
   d["far_tile_visits"] = s.far_tile_visits;
   return d;

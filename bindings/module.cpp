@@ -14,6 +14,7 @@ void bind_pipeline(nb::module_& m);
 void bind_integrate(nb::module_& m);
 void bind_tree(nb::module_& m);
 void bind_defaults(nb::module_& m);
+void bind_parallel(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
@@ -48,6 +49,7 @@ NB_MODULE(_core, m) {
   bind_integrate(m);
   bind_tree(m);
   bind_defaults(m);
+  bind_parallel(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -441,7 +442,10 @@ def _option_name(key: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gravpipe import runconfig
+    from gravpipe import parallel, runconfig
+
+    if parallel.launched_under_mpi() and not parallel.is_root(parallel.resolve_comm()):
+        sys.stdout = open(os.devnull, "w")  # rank 0 prints the header, progress and summary
 
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:
@@ -603,10 +607,12 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
 
 
 def _print_breakdown(t, wall: float) -> None:
-    """The GRAPE-style split of the step time (host / transfer / compute)."""
-    step_time = t.host + t.transfer + t.compute
+    """The GRAPE-style split of the step time (host / transfer / compute, and comm between
+    MPI ranks when there are several)."""
+    step_time = t.host + t.transfer + t.compute + t.comm
     print("time breakdown (this process):")
-    for name, seconds in (("host", t.host), ("transfer", t.transfer), ("compute", t.compute)):
+    stages = [("host", t.host), ("transfer", t.transfer), ("compute", t.compute)] + ([("comm", t.comm)] if t.comm else [])
+    for name, seconds in stages:
         share = 100 * seconds / step_time if step_time > 0 else 0.0
         print(f"  {name:<9}{seconds:10.3f} s  {share:5.1f}%")
     print(f"  {'total':<9}{t.total:10.3f} s  (wall {wall:.3f} s with diagnostics and output)")

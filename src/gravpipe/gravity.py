@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike
 
 from gravpipe import _core
 from gravpipe.backends import resolve_backend
+from gravpipe.parallel.j_parallel import JParallelGravity
 from gravpipe.pipeline import Pipeline, PipelineStats
 from gravpipe.tree import Tree, TreeGravity
 
@@ -46,7 +47,8 @@ class ForceSource(Protocol):
 class GravityKind:
     """One gravity solver.
 
-    build(eps, G, backend, precision, threads, **params) -> ForceSource.
+    build(eps, G, backend, precision, threads, comm, **params) -> ForceSource; ``comm``: an
+    mpi4py communicator of several ranks, or None (serial).
     diagnostic_potential(source, pos (N,3), mass (N,), eps, G) -> float64 potentials (N,),
     each particle's own term excluded, accurate enough for energy errors of ~1e-10.
     """
@@ -67,20 +69,30 @@ class GravityKind:
 DIAGNOSTICS_THETA = 0.25
 
 
-def _build_direct(eps: float, G: float, backend: str, precision: str, threads: int | None) -> Pipeline:
+def _build_direct(eps: float, G: float, backend: str, precision: str, threads: int | None,
+                  comm: Any | None) -> ForceSource:
+    if comm is not None:
+        return JParallelGravity(comm, eps, G, backend, precision, threads)
     return Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
 
 
 def _direct_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
-    """A float64 direct sum on the run's own backend (and threads): O(N^2) like its steps."""
+    """A float64 direct sum on the run's own backend (and threads, and ranks): O(N^2) like
+    its steps."""
+    if isinstance(source, JParallelGravity):
+        return source.potential(pos, mass, eps, G)
     exact = Pipeline(backend=source.backend, precision="double", eps=eps, G=G,
                      **({"threads": source.threads} if source.backend == "cpu" else {}))
     exact.set_j(pos, mass)
     return exact.forces(pos, exclude=np.arange(len(mass)))[1]
 
 
-def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None,
+def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None, comm: Any | None,
                 theta: float) -> TreeGravity:
+    if comm is not None:
+        raise ValueError(f"gravity='tree' runs in one process for now; this run has {comm.Get_size()} MPI "
+                         "ranks (the domain-decomposed treecode is not written yet): use gravity='direct' "
+                         "or start one process")
     if backend == "cuda":
         raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' (use 'cpu' or 'auto')")
     resolve_backend(backend)  # an unknown backend name is still an error

@@ -71,6 +71,7 @@ class PipelineStats:
     seconds_i_write: float = 0.0
     seconds_compute: float = 0.0
     seconds_result_read: float = 0.0
+    seconds_comm: float = 0.0  # between processes (MPI runs): the reduction of partial forces
     tile_visits: int = 0
     far_tile_visits: int = 0
 
@@ -81,7 +82,8 @@ class PipelineStats:
 
     @property
     def seconds_total(self) -> float:
-        return self.seconds_j_write + self.seconds_i_write + self.seconds_compute + self.seconds_result_read
+        return (self.seconds_j_write + self.seconds_i_write + self.seconds_compute + self.seconds_result_read
+                + self.seconds_comm)
 
     @property
     def interactions_per_second(self) -> float:

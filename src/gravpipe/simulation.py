@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gravpipe import diagnostics, integrators
+from gravpipe import diagnostics, integrators, parallel
 from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
@@ -41,7 +41,8 @@ class Timings:
 
     host: predict, correct, schedule, bookkeeping (T_host); transfer: pipeline j/i writes
     and result reads including format conversion (T_comm); compute: the force kernels
-    (T_grape). Seconds; ``steps`` are blocks (Hermite) or shared steps (leapfrog).
+    (T_grape); comm: between MPI ranks (the reduction of partial forces; 0 in one process).
+    Seconds; ``steps`` are blocks (Hermite) or shared steps (leapfrog).
     """
 
     host: float = 0.0
@@ -51,10 +52,11 @@ class Timings:
     steps: int = 0
     particle_steps: int = 0
     interactions: int = 0
+    comm: float = 0.0
 
     @property
     def host_transfer_share(self) -> float:
-        denom = self.host + self.transfer + self.compute
+        denom = self.host + self.transfer + self.compute + self.comm
         return (self.host + self.transfer) / denom if denom > 0 else 0.0
 
     @property
@@ -64,7 +66,8 @@ class Timings:
     def __str__(self) -> str:
         return (f"steps {self.steps:,}, particle steps {self.particle_steps:,} "
                 f"({self.particle_steps_per_second:.3g}/s); host {self.host:.3f} s, transfer {self.transfer:.3f} s, "
-                f"compute {self.compute:.3f} s, total {self.total:.3f} s; host+transfer "
+                f"compute {self.compute:.3f} s, " + (f"comm {self.comm:.3f} s, " if self.comm else "") +
+                f"total {self.total:.3f} s; host+transfer "
                 f"{100 * self.host_transfer_share:.1f}% of the step time")
 
 
@@ -106,20 +109,24 @@ class Simulation:
         ``gravpipe.integrators.INTEGRATORS``).
     t0 : the time of ``particles``.
     theta : tree opening angle (gravity="tree" only; None: the core's default).
+    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel; every
+        rank holds all particles, rank 0 prints and writes the files). None: COMM_WORLD when
+        started by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults
+        to the rank's share of its machine's cores.
     """
 
     def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
                  eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
                  threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
                  dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 theta: float | None = None):
+                 theta: float | None = None, comm: Any = None):
         self._setup(particles, gravity, integrator, eps=eps, G=G, backend=backend, precision=precision,
                     threads=threads, integrator_params={"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt},
-                    t0=t0, gravity_params={"theta": theta}, restart=None)
+                    t0=t0, gravity_params={"theta": theta}, comm=comm, restart=None)
 
     def _setup(self, particles: Particles, gravity: str, integrator: str | None, *, eps: float, G: float,
                backend: str, precision: str, threads: int | None, integrator_params: dict[str, float | None],
-               t0: float, gravity_params: dict[str, float | None],
+               t0: float, gravity_params: dict[str, float | None], comm: Any,
                restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None) -> None:
         """The constructor's work; ``restart`` (config, integrator state, diagnostics
         history) continues a run from a checkpoint (see :meth:`resume`)."""
@@ -135,7 +142,11 @@ class Simulation:
         if not math.isfinite(float(t0)):
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec, self._kind = spec, kind
-        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads, **gparams)
+        self.comm = parallel.resolve_comm(comm)
+        if self.comm is not None and threads is None and backend != "cuda":
+            threads = parallel.threads_per_rank(self.comm)
+        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads,
+                                  comm=self.comm, **gparams)
         self._mass = np.array(particles.mass)
         self._ids = np.array(particles.id)
         self._run_dir: Path | None = None  # the run directory this run writes to
@@ -216,7 +227,7 @@ class Simulation:
         c = self._core.counters()
         s = self._source.stats
         return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
-                       compute=s.seconds_compute, total=c["seconds_total"], steps=c["steps"],
+                       compute=s.seconds_compute, comm=s.seconds_comm, total=c["seconds_total"], steps=c["steps"],
                        particle_steps=c["particle_steps"], interactions=s.interactions)
 
     @property
@@ -260,7 +271,7 @@ class Simulation:
         self.config.evolve = {"t_end": t_end, "snapshot_every": cadences["snapshot"],
                               "checkpoint_every": cadences["checkpoint"], "out": str(out_dir) if out_dir else None}
         row_every = self.quantum * max(1, math.floor((t_end - self.config.t0) / (50 * self.quantum) + 1e-9))
-        with _progress_bar(progress, self.time, t_end) as bar:
+        with _progress_bar(progress and parallel.is_root(self.comm), self.time, t_end) as bar:
             while (stop := self._next_stop(t_end, cadences, row_every)) is not None:
                 t_stop, what = stop
                 self._core.evolve_to(t_stop)
@@ -303,12 +314,28 @@ class Simulation:
             self.write_snapshot(out_dir / f"snapshot_{counts['snapshot']:04d}.h5")
         if "checkpoint" in what:
             self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}.h5")
-        if out_dir is not None:
+        if out_dir is not None and parallel.is_root(self.comm):
             self._write_diagnostics(out_dir / "diagnostics.csv")
 
     def _claim_run_dir(self, out: str | Path, overwrite: bool) -> Path:
         """``out`` as this run's directory, created if missing; refuses one that holds another
-        run unless ``overwrite`` (then that run's files are deleted first)."""
+        run unless ``overwrite`` (then that run's files are deleted first). With several
+        ranks, rank 0 decides and acts, and the others raise the same error if it fails."""
+        if self.comm is None:
+            return self._claim_run_dir_here(out, overwrite)
+        error = None
+        if parallel.is_root(self.comm):
+            try:
+                self._claim_run_dir_here(out, overwrite)
+            except (OSError, ValueError) as exc:
+                error = exc
+        error = self.comm.bcast(error, root=0)  # a small control message: pickling is fine
+        if error is not None:
+            raise error
+        self._run_dir = Path(out).resolve()
+        return Path(out)
+
+    def _claim_run_dir_here(self, out: str | Path, overwrite: bool) -> Path:
         d = Path(out)
         if d.exists() and not d.is_dir():
             raise ValueError(f"out: {d} is a file, not a run directory")
@@ -348,11 +375,17 @@ class Simulation:
 
     def write_snapshot(self, path: str | Path) -> Path:
         """Write the particles at ``time`` as an HDF5 snapshot (GADGET-4 layout, written
-        atomically) with the run's parameters; returns the path."""
+        atomically) with the run's parameters; returns the path. With several ranks, rank 0
+        writes it."""
+        if not parallel.is_root(self.comm):
+            return Path(path)
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
 
     def write_checkpoint(self, path: str | Path) -> Path:
-        """A snapshot plus the exact integrator state and the diagnostics history."""
+        """A snapshot plus the exact integrator state and the diagnostics history (rank 0
+        writes it; every rank holds the same state)."""
+        if not parallel.is_root(self.comm):
+            return Path(path)
         state = dict(self._core.checkpoint())
         # history rows without the wall-clock columns, which differ from run to run
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
@@ -371,9 +404,10 @@ class Simulation:
             fh.write(buf.getvalue())
 
     @classmethod
-    def resume(cls, out: str | Path, threads: int | None = None) -> Simulation:
+    def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None) -> Simulation:
         """Continue from the newest checkpoint in ``out`` (same backend and precision as
-        the original run; ``threads`` defaults to the original run's)."""
+        the original run; ``threads`` defaults to the original run's; ``comm`` as for the
+        constructor: the same number of ranks continues bit for bit, another one correctly)."""
         path = latest_checkpoint(out)
         snap = gio.read_snapshot(path)
         if snap.integrator_state is None or "run_config" not in snap.parameters:
@@ -389,7 +423,8 @@ class Simulation:
         sim._setup(snap.particles, config.gravity, config.integrator, eps=config.eps, G=config.G,
                    backend=config.backend, precision=config.precision,
                    threads=threads if threads is not None else config.threads, integrator_params=config.params,
-                   t0=config.t0, gravity_params={"theta": config.theta}, restart=(config, state, history))
+                   t0=config.t0, gravity_params={"theta": config.theta}, comm=comm,
+                   restart=(config, state, history))
         sim._run_dir = Path(out).resolve()
         return sim
 

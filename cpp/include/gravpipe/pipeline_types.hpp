@@ -18,6 +18,7 @@ struct PipelineStats {
   std::uint64_t j_particles = 0, i_particles = 0;
   std::uint64_t bytes_j_write = 0, bytes_i_write = 0, bytes_result_read = 0;
   double seconds_j_write = 0, seconds_i_write = 0, seconds_compute = 0, seconds_result_read = 0;
+  double seconds_comm = 0;  // between processes: the j-parallel reduction of partial forces
   // Mixed precision: (i-vector, j-tile) pairs visited, and how many took the far path.
   std::uint64_t tile_visits = 0, far_tile_visits = 0;
 };

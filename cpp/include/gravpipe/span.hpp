@@ -15,6 +15,8 @@ class Span {
   constexpr T& operator[](std::size_t i) const { return data_[i]; }
   constexpr T* begin() const { return data_; }
   constexpr T* end() const { return data_ + size_; }
+  /// count elements from offset (the caller keeps offset + count <= size()).
+  constexpr Span subspan(std::size_t offset, std::size_t count) const { return {data_ + offset, count}; }
 
  private:
   T* data_ = nullptr;

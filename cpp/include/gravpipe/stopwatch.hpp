@@ -14,7 +14,7 @@ inline double seconds_since(Clock::time_point t0) {
 
 /// All the time a force provider has spent in its stages.
 inline double provider_seconds(const PipelineStats& s) {
-  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read;
+  return s.seconds_j_write + s.seconds_i_write + s.seconds_compute + s.seconds_result_read + s.seconds_comm;
 }
 
 }  // namespace gravpipe
