@@ -20,8 +20,9 @@ using gravpipe::bindings::ScalarsOut, gravpipe::bindings::Vec3Out, gravpipe::bin
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
                        int n_crit, double alpha, int threads, const std::string& precision,
-                       bool local_expansion = true) {
+                       bool local_expansion = true, const std::string& isa = "auto") {
   TreeParams p;
+  p.isa = isa;
   p.local_expansion = local_expansion;
   p.precision = parse_precision(precision);
   p.eps = eps, p.G = G, p.theta = theta, p.quadrupole = quadrupole, p.quad_tol = quad_tol;
@@ -57,15 +58,16 @@ void bind_tree(nb::module_& m) {
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
-              bool local_expansion) {
+              bool local_expansion, const std::string& isa) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
-                                              precision, local_expansion);
+                                              precision, local_expansion, isa);
              nb::gil_scoped_release release;
              new (self) Tree(span_of(pos), span_of(mass), p);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
            nb::arg("quadrupole"), nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"),
-           nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"))
+           nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"),
+           nb::arg("isa") = "auto")
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())
@@ -77,17 +79,21 @@ void bind_tree(nb::module_& m) {
            nb::arg("pos_i"), nb::arg("exclude").none(), nb::arg("acc"), nb::arg("pot"),
            nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("n", &Tree::size)
+      .def_prop_ro("isa", [](const Tree& t) { return isa_name(t.isa()); })
       .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
 
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",
            [](TreeForceProvider* self, double eps, double G, double theta, bool quadrupole, double quad_tol,
-              int n_leaf, int n_crit, double alpha, int threads, const std::string& precision) {
-             new (self) TreeForceProvider(
-                 params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads, precision));
+              int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
+              const std::string& isa) {
+             new (self) TreeForceProvider(params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha,
+                                                      threads, precision, true, isa));
            },
            nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"),
-           nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"))
+           nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"),
+           nb::arg("isa") = "auto")
+      .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
       .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); });
 }

@@ -36,6 +36,11 @@ NB_MODULE(_core, m) {
     for (auto isa : gravpipe::available_isas()) names.push_back(gravpipe::isa_name(isa));
     return names;
   }, "CPU instruction sets the kernels can use here, best first.");
+  m.def("resolve_isa", [](const std::string& name) {
+    return gravpipe::isa_name(gravpipe::resolve_isa(name));
+  }, nb::arg("name"),
+        "The instruction set a CPU kernel asked for `name` runs (\"auto\": GRAVPIPE_ISA if set, "
+        "else the best); ValueError for an unknown name, RuntimeError for a missing one.");
   m.def("max_threads", [] { return omp_get_max_threads(); }, "OpenMP threads available.");
   m.def("cuda_report", [] {
     const auto r = gravpipe::cuda::query_devices();

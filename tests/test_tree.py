@@ -5,6 +5,9 @@ import pytest
 from reference import direct_sum_f64
 
 import gravpipe as gp
+from gravpipe import _core
+
+ISAS = _core.available_isas()
 
 
 def plummer(n, seed):
@@ -85,12 +88,15 @@ def test_default_accuracy_figure(plummer_case):
     assert np.median(e) < 3e-4 and np.percentile(e, 99) < 1.5e-3
 
 
-def test_opening_everything_is_the_direct_sum():
+@pytest.mark.parametrize("isa", ISAS)
+def test_opening_everything_is_the_direct_sum(isa):
     """A tiny theta opens every cell: the tree then sums the same pairs as direct summation."""
     pos, mass = plummer(700, 5)
     ra, rp, _ = direct_sum_f64(pos, mass, pos, eps=0.01, exclude=np.arange(len(mass)))
     for precision, bound in (("double", 1e-12), ("mixed", 1e-5)):
-        acc, pot = gp.Tree(pos, mass, 0.01, theta=1e-6, n_leaf=4, n_crit=16, precision=precision).forces()
+        tree = gp.Tree(pos, mass, 0.01, theta=1e-6, n_leaf=4, n_crit=16, precision=precision, isa=isa)
+        assert tree.isa == isa
+        acc, pot = tree.forces()
         assert np.max(rel_errors(acc, ra)) < bound
         assert np.max(np.abs(pot - rp) / np.abs(rp)) < bound
 
@@ -108,12 +114,27 @@ def check_against_direct(pos, mass, eps, theta=0.5, bound=2e-3, **kw):
     return acc, pot
 
 
-@pytest.mark.parametrize("n", [2, 3, 5])
-def test_few_particles(n):
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [2, 3, 5, 17, 40])
+def test_few_particles(n, isa):
+    """Group sizes around the SIMD widths (1, 8 and 16 lanes; padding, odd vectors)."""
     rng = np.random.default_rng(n)
     pos, mass = rng.normal(size=(n, 3)), rng.uniform(0.5, 1.0, n)
-    check_against_direct(pos, mass, 0.0, bound=1e-13, precision="double")
-    check_against_direct(pos, mass, 0.0, bound=1e-5, precision="mixed")
+    check_against_direct(pos, mass, 0.0, bound=1e-13, precision="double", isa=isa)
+    check_against_direct(pos, mass, 0.0, bound=1e-5, precision="mixed", isa=isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+def test_every_isa_against_direct_sum(isa, precision):
+    """Each list kernel this machine runs (particle and quadrupole cell terms, masked and
+    unmasked, pairs and odd vectors of sinks) against the float64 direct sum, and every ISA
+    within the mixed-precision rounding of the generic kernels."""
+    pos, mass = plummer(3000, 4)
+    acc, pot = check_against_direct(pos, mass, 1 / 64, theta=0.5, precision=precision, isa=isa, n_crit=40)
+    a_gen, p_gen = gp.Tree(pos, mass, 1 / 64, theta=0.5, precision=precision, isa="generic", n_crit=40).forces()
+    same = 1e-12 if precision == "double" else 1e-5
+    assert np.max(rel_errors(acc, a_gen)) < same and np.max(np.abs(pot - p_gen) / np.abs(p_gen)) < same
 
 
 def test_single_particle_feels_nothing():

@@ -45,6 +45,20 @@ def available_backends() -> dict[str, BackendInfo]:
     return {"cpu": cpu, "cuda": cuda}
 
 
+def resolve_isa(name: str) -> str:
+    """The CPU instruction set that ``name`` ("auto", "avx512", "avx2", "generic") selects.
+
+    "auto" is the environment variable ``GRAVPIPE_ISA`` when it is set and not empty, else
+    the best this CPU and build have. Raises ``ValueError`` for an unknown name and
+    :class:`BackendUnavailableError` for one this CPU or build lacks; the message says
+    whether the name came from the argument or from ``GRAVPIPE_ISA``.
+    """
+    try:
+        return _core.resolve_isa(name)
+    except RuntimeError as exc:  # the core's BackendError
+        raise BackendUnavailableError(str(exc)) from None
+
+
 def resolve_backend(name: str) -> BackendInfo:
     """Return the backend to use for ``name`` ("auto", "cpu" or "cuda").
 

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--mode", nargs="+", choices=["acc+pot", "acc+jerk+pot"], default=["acc+pot", "acc+jerk+pot"])
     bd.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     bd.add_argument("--threads", type=_positive_int, default=None)
+    bd.add_argument("--isa", nargs="+", choices=["auto", "avx512", "avx2", "generic"], default=None,
+                    help="CPU instruction sets to measure, side by side (default auto: GRAVPIPE_ISA "
+                         "if set, else the best here)")
     bd.add_argument("--n-i", type=_positive_int, default=None,
                     help="i-particles per call (default: all N); e.g. 1024 for a small Hermite block")
     bd.add_argument("--quick", action="store_true", help="N = 1k, 4k, 16k only")
@@ -300,15 +303,17 @@ def _bench_direct(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json == "-")
     info = machine.describe()
     where = (f"GPU {info['gpu']}" if args.backend == "cuda"
-             else f"{info['openmp_threads']} threads, isa {info['isa']}")
+             else f"{info['openmp_threads']} threads, isa {' '.join(args.isa or [info['isa']])}")
     console.print(f"[bold]gravpipe bench direct[/bold]  {info['cpu']}, {where}, eps {direct.EPS}, Plummer, "
                   f"self excluded, n_i = {args.n_i or 'N'}")
-    results, numpy_rate = direct.run(sizes, args.precision, args.mode, args.backend, args.threads, n_i=args.n_i)
+    results, numpy_rate = direct.run(sizes, args.precision, args.mode, args.backend, args.threads, n_i=args.n_i,
+                                     isas=args.isa)
     table = Table()
-    for col in ("N", "n_i", "mode", "precision", "backend", "threads", "interactions/s", "Gflop/s", "x numpy f64"):
+    for col in ("N", "n_i", "mode", "precision", "backend", "isa", "threads", "interactions/s", "Gflop/s",
+                "x numpy f64"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(str(r.n), str(r.n_i), r.mode, r.precision, r.backend, str(r.threads or "-"),
+        table.add_row(str(r.n), str(r.n_i), r.mode, r.precision, r.backend, r.isa or "-", str(r.threads or "-"),
                       f"{r.interactions_per_second:.3e}", f"{r.gflops:.1f}", f"{r.ratio_to_numpy:.1f}")
     console.print(table)
     console.print("flops: 38 per interaction for acc+pot, 60 with jerk (GRAPE convention); "

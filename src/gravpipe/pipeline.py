@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike
 from gravpipe import _core
 from gravpipe import _device_arrays as dev
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_same_length, check_sources
-from gravpipe.backends import BackendUnavailableError, available_backends, resolve_backend
+from gravpipe.backends import BackendUnavailableError, available_backends, resolve_backend, resolve_isa
 
 __all__ = ["Pipeline", "PipelineStats", "accel", "available_backends", "BackendUnavailableError"]
 
@@ -114,8 +114,10 @@ class Pipeline:
     threads : int or None
         CPU threads (None: all OpenMP threads). Results are bitwise identical for any count.
         CPU backend only: given when the backend is "cuda", it is an error.
-    isa : "auto" | "avx2" | "generic"
-        CPU instruction set of the kernels ("auto": the best this CPU has). CPU only.
+    isa : "auto" | "avx512" | "avx2" | "generic"
+        CPU instruction set of the kernels ("auto": the environment variable GRAVPIPE_ISA
+        if set, else the best this CPU has). Unknown: ``ValueError``; one this CPU or build
+        lacks: :class:`BackendUnavailableError`. CPU only.
     device : int
         CUDA device number (backend "cuda").
 
@@ -142,7 +144,8 @@ class Pipeline:
             self._impl = _core.CudaPipeline(precision, eps, G, int(device))
             self.backend_detail = self._impl.device_name
         else:
-            self._impl = _core.CpuPipeline(precision, eps, G, isa, int(threads or 0))
+            self._impl = _core.CpuPipeline(precision, eps, G, resolve_isa(isa), int(threads or 0))
+            self.backend_detail = f"isa={self._impl.isa}, threads={self._impl.threads}"
 
     @property
     def eps(self) -> float:

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
+from gravpipe.backends import resolve_isa
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 from gravpipe.pipeline import PipelineStats
 
@@ -171,13 +172,15 @@ class Tree:
     precision : list kernels in "mixed" (float32 arithmetic on group-relative coordinates,
         float64 results; adds ~1e-6 relative error, far below the tree's own) or "double"
         (float64 throughout, the direct pipeline's double mode).
+    isa : CPU instruction set of the list kernels, as for a Pipeline ("auto":
+        GRAVPIPE_ISA if set, else the best this CPU has); ``.isa`` says which runs.
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
                  theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
-                 precision: str = "mixed", local_expansion: bool = True):
+                 precision: str = "mixed", local_expansion: bool = True, isa: str = "auto"):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -191,11 +194,16 @@ class Tree:
             raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
         self.local_expansion = bool(local_expansion)
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                nthreads, precision, self.local_expansion)
+                                nthreads, precision, self.local_expansion, resolve_isa(isa))
 
     @property
     def n(self) -> int:
         return self._impl.n
+
+    @property
+    def isa(self) -> str:
+        """CPU instruction set of the list kernels ("avx512", "avx2" or "generic")."""
+        return self._impl.isa
 
     def __repr__(self) -> str:
         return (f"Tree(n={self.n}, eps={self.eps}, G={self.G}, theta={self.theta}, quadrupole={self.quadrupole}, "
@@ -259,7 +267,7 @@ class TreeGravity:
     def __init__(self, eps: float, G: float, *, theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
-                 threads: int | None = None, precision: str = "mixed"):
+                 threads: int | None = None, precision: str = "mixed", isa: str = "auto"):
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
@@ -267,9 +275,9 @@ class TreeGravity:
         quad_tol = check_quad_tol(quad_tol)
         self.precision = _check_precision(precision)
         self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                             nthreads, self.precision)
+                                             nthreads, self.precision, resolve_isa(isa))
         self.threads: int = nthreads or _core.max_threads()
-        self.isa: str = _core.available_isas()[0]
+        self.isa: str = self._impl.isa
         self.backend_detail = (f"treecode theta={theta}, precision={self.precision}, isa={self.isa}, "
                                f"threads={self.threads}")
 

@@ -50,4 +50,11 @@ void forces_double(const DoubleArgs& a);
 }  // namespace avx2
 #endif
 
+#if defined(GRAVPIPE_HAVE_AVX512_KERNELS)
+namespace avx512 {
+std::uint64_t forces_mixed(const MixedArgs& a);
+void forces_double(const DoubleArgs& a);
+}  // namespace avx512
+#endif
+
 }  // namespace gravpipe::kernel

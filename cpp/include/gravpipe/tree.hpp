@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct TreeParams {
   double alpha = 0;         // relative (GADGET) criterion when > 0 and old |a| exist
   int threads = 0;          // <= 0: all OpenMP threads
   Precision precision = Precision::Mixed;  // of the list kernels (pipeline_types.hpp)
+  std::string isa = "auto";                // of the list kernels, resolved as resolve_isa does
 };
 
 /// Work and time of the last force evaluation (and of the build that preceded it).
@@ -247,7 +249,7 @@ struct GatheredList {
   }
 };
 
-/// The group's i-particles and their results, structure-of-arrays padded to kTreeIPad.
+/// The group's i-particles and their results, structure-of-arrays padded to tree_i_pad.
 /// Double: x/y/z absolute; mixed: xf/yf/zf relative to the group centre.
 struct GroupSinks {
   std::vector<double> x, y, z;
@@ -257,11 +259,16 @@ struct GroupSinks {
   SinkView<double> view_d() const { return {x.data(), y.data(), z.data(), exclude.data()}; }
   SinkView<float> view_f() const { return {xf.data(), yf.data(), zf.data(), exclude.data()}; }
 };
-/// Sinks are padded to whole SIMD vectors; the kernels take them in blocks of two vectors
-/// and finish an odd vector alone, so padding never exceeds one vector.
+/// Sinks are padded to whole SIMD vectors of the ISA's kernels (at least kTreeIPad); the
+/// kernels take them in blocks of two vectors and finish an odd vector alone, so padding
+/// never exceeds one vector.
 constexpr std::size_t kTreeIPad = 8;
+constexpr std::size_t tree_i_pad(Isa isa) {
+  const auto lanes = static_cast<std::size_t>(isa_float_lanes(isa));
+  return lanes > kTreeIPad ? lanes : kTreeIPad;
+}
 
-/// n_i is a multiple of kTreeIPad; the sinks' results are overwritten (unscaled by G; pot
+/// n_i is a multiple of tree_i_pad(isa); the sinks' results are overwritten (unscaled by G; pot
 /// positive, sum m/r).
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa);
 
@@ -285,6 +292,7 @@ class Tree {
 
   const TreeStats& stats() const { return stats_; }
   const TreeParams& params() const { return params_; }
+  Isa isa() const { return isa_; }
   std::size_t size() const { return m_.size(); }
   const TreeNodes& nodes() const { return nodes_; }
 
@@ -320,9 +328,11 @@ class TreeForceProvider final : public ForceProvider {
   void forces(const ForceRequest& req) override;
   PipelineStats stats() const override { return stats_; }
   const TreeStats& tree_stats() const { return last_; }
+  Isa isa() const { return isa_; }
 
  private:
   TreeParams params_;
+  Isa isa_;
   std::vector<double> pos_, mass_;
   std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
   std::unique_ptr<Tree> tree_;

@@ -267,6 +267,32 @@ std::uint64_t parallel_over_i(ArgsT args, std::size_t n_padded, int threads, Fn 
   return total;
 }
 
+// The kernels of an ISA. resolve_isa only returns ISAs this build has, so the generic
+// fallthrough is reached for Isa::Generic alone.
+auto mixed_kernel(Isa isa) {
+  auto* kernel = &kernel::generic::forces_mixed;
+#if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
+  if (isa == Isa::Avx2) kernel = &kernel::avx2::forces_mixed;
+#endif
+#if defined(GRAVPIPE_HAVE_AVX512_KERNELS)
+  if (isa == Isa::Avx512) kernel = &kernel::avx512::forces_mixed;
+#endif
+  (void)isa;
+  return kernel;
+}
+
+auto double_kernel(Isa isa) {
+  auto* kernel = &kernel::generic::forces_double;
+#if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
+  if (isa == Isa::Avx2) kernel = &kernel::avx2::forces_double;
+#endif
+#if defined(GRAVPIPE_HAVE_AVX512_KERNELS)
+  if (isa == Isa::Avx512) kernel = &kernel::avx512::forces_double;
+#endif
+  (void)isa;
+  return kernel;
+}
+
 }  // namespace
 
 void CpuPipeline::compute(std::size_t n_padded, bool with_jerk, bool with_exclude) {
@@ -274,7 +300,6 @@ void CpuPipeline::compute(std::size_t n_padded, bool with_jerk, bool with_exclud
     resize_zeroed(*v, n_padded);
   if (with_jerk)
     for (auto* v : {&results_.jx, &results_.jy, &results_.jz}) resize_zeroed(*v, n_padded);
-  const bool avx2 = isa_ == Isa::Avx2;
   kernel::CallArgs common;
   common.out = &results_;
   common.i_end = n_padded;
@@ -290,12 +315,9 @@ void CpuPipeline::compute(std::size_t n_padded, bool with_jerk, bool with_exclud
     a.j_vel_rel = {j_vel_rel_mixed_.data(), with_jerk ? n_j_ : 0};
     a.tiles = {j_tiles_.data(), j_tiles_.size()};
     a.i_mem = &i_mixed_;
-    auto* kernel = &kernel::generic::forces_mixed;
-#if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
-    if (avx2) kernel = &kernel::avx2::forces_mixed;
-#endif
-    stats_.far_tile_visits += parallel_over_i(a, n_padded, threads_, kernel);
-    const std::size_t lanes = avx2 ? 8 : 1;  // i-particles per i-vector of the chosen kernel
+    stats_.far_tile_visits += parallel_over_i(a, n_padded, threads_, mixed_kernel(isa_));
+    // i-particles per i-vector of the chosen kernel
+    const auto lanes = static_cast<std::size_t>(isa_float_lanes(isa_));
     stats_.tile_visits += (n_padded / lanes) * j_tiles_.size();
   } else {
     kernel::DoubleArgs a;
@@ -303,13 +325,8 @@ void CpuPipeline::compute(std::size_t n_padded, bool with_jerk, bool with_exclud
     a.j_pos = {j_pos_double_.data(), n_j_};
     a.j_vel = {j_vel_double_.data(), with_jerk ? n_j_ : 0};
     a.i_mem = &i_double_;
-    auto* kernel = &kernel::generic::forces_double;
-#if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
-    if (avx2) kernel = &kernel::avx2::forces_double;
-#endif
-    parallel_over_i(a, n_padded, threads_, kernel);
+    parallel_over_i(a, n_padded, threads_, double_kernel(isa_));
   }
-  (void)avx2;
 }
 
 void CpuPipeline::read_results(const ForceRequest& req) {

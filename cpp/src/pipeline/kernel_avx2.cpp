@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gravpipe/cpu_features.hpp"
 #include "gravpipe/kernel.hpp"
 #include "gravpipe/pair_interaction.hpp"
 #include "simd_avx2.hpp"
 
 namespace gravpipe::kernel::avx2 {
+static_assert(VF::W == isa_float_lanes(Isa::Avx2), "lane count known to the dispatch");
 #include "kernel_loops.inl"
 }  // namespace gravpipe::kernel::avx2

@@ -20,7 +20,11 @@
 /// broadcasts. The i-memory padding (kIPad) is a whole number of i-blocks.
 /// Double precision is bound by the throughput of sqrt and division, not by latency, and
 /// loses ~6% on acc+jerk to register pressure with two vectors; it keeps one.
-constexpr int kIVectors = 2, kIVectorsDouble = 1;
+/// AVX-512's 16 float lanes fill kIPad with one vector: the i-block stays the 16
+/// i-particles of AVX2's two vectors, so small Hermite blocks are padded no further and
+/// the far-tile test sees the same blocks (out-of-order execution overlaps consecutive j,
+/// whose only carried dependency is the sums).
+constexpr int kIVectors = std::min(2, static_cast<int>(kIPad) / VF::W), kIVectorsDouble = 1;
 static_assert(kIPad % (kIVectors * VF::W) == 0 && kIPad % (kIVectorsDouble * VD::W) == 0,
               "kIPad must hold whole i-blocks");
 

@@ -104,13 +104,16 @@ std::size_t expand_far(std::int32_t* cells, std::size_t n, const TreeNodes& t, c
   return kept;
 }
 
-std::size_t padded_count(std::size_t n) { return (n + kTreeIPad - 1) / kTreeIPad * kTreeIPad; }
+std::size_t padded_count(std::size_t n, Isa isa) {
+  const std::size_t pad = tree_i_pad(isa);
+  return (n + pad - 1) / pad * pad;
+}
 
 void centre_of(const Group& g, double c[3]) {
   for (int a = 0; a < 3; ++a) c[a] = 0.5 * (g.lo[a] + g.hi[a]);
 }
 
-/// The group's i-particles as the kernels read them, padded to kTreeIPad: float64
+/// The group's i-particles as the kernels read them, padded to tree_i_pad: float64
 /// coordinates (double) or float32 ones relative to `centre` (mixed). Padding lanes repeat
 /// the first sink and exclude nothing; their sums are dropped.
 void set_sinks(GroupSinks& s, const SourceView& sinks, Span<const std::int64_t> i_exclude,
@@ -136,7 +139,7 @@ void set_sinks(GroupSinks& s, const SourceView& sinks, Span<const std::int64_t> 
 Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params)
     : params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
-      isa_(available_isas().front()) {
+      isa_(resolve_isa(params.isa)) {
   check_params(params_);
   const std::size_t n = mass.size();
   if (n == 0) throw InputError("tree: empty particle set");
@@ -292,8 +295,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
       // the other shared cells, gathered once and evaluated once on all the run's particles
       // (relative to the run's centre: they are all beyond their opening radius from its box)
       w.shared_gathered.gather(w.shared, nodes_, src, params_.quadrupole, 0, 0, params_.precision, run_centre);
-      set_sinks(w.run_sinks, sinks, i_exclude, run, run_n, padded_count(run_n), mixed, run_centre);
-      evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n), eps2, isa_);
+      set_sinks(w.run_sinks, sinks, i_exclude, run, run_n, padded_count(run_n, isa_), mixed, run_centre);
+      evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n, isa_), eps2, isa_);
       const std::size_t n_expanded = n_shared - w.shared.n_near - w.shared.n_far;
       pc_local += run_n * n_expanded;
       if (n_expanded > 0)
@@ -315,8 +318,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
                           centre);
         const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
         GroupSinks& s = w.sinks;
-        set_sinks(s, sinks, i_exclude, g, n, padded_count(n), mixed, centre);
-        evaluate_group(w.gathered, s, padded_count(n), eps2, isa_);
+        set_sinks(s, sinks, i_exclude, g, n, padded_count(n, isa_), mixed, centre);
+        evaluate_group(w.gathered, s, padded_count(n, isa_), eps2, isa_);
         const GroupSinks& rs = w.run_sinks;
         const auto at = static_cast<std::size_t>(g.i_begin - run.i_begin);
         for (std::size_t q = 0; q < n; ++q) {
@@ -348,8 +351,12 @@ void Tree::run_groups(const std::vector<Group>& groups, const SourceView& sinks,
 
 // ---- ForceProvider ---------------------------------------------------------------------------
 
-TreeForceProvider::TreeForceProvider(const TreeParams& params) : params_(params) {
+TreeForceProvider::TreeForceProvider(const TreeParams& params)
+    : params_(params), isa_(resolve_isa(params.isa)) {
   check_params(params_);
+  // Every tree of this provider runs the kernels resolved here, even if GRAVPIPE_ISA
+  // changes while it lives.
+  params_.isa = isa_name(isa_);
 }
 
 void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, Span<const double>) {

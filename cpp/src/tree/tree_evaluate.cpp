@@ -85,6 +85,12 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const So
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);
   const tree_kernel::EvalArgs a{&l, &s, n_i, eps2, l.mixed};
+#if defined(GRAVPIPE_HAVE_AVX512_KERNELS)
+  if (isa == Isa::Avx512) {
+    tree_kernel::avx512::evaluate(a);
+    return;
+  }
+#endif
 #if defined(GRAVPIPE_HAVE_AVX2_KERNELS)
   if (isa == Isa::Avx2) {
     tree_kernel::avx2::evaluate(a);

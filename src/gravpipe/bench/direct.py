@@ -6,6 +6,8 @@ of several repetitions. A float64 numpy all-pairs evaluation (acc+pot, chunked
 broadcasting, the way a careful Python user would write it) is timed in the same run at
 the smaller sizes, and every result is also given as a ratio to that reference rate.
 Flop rates use the GRAPE convention: 38 flops per interaction for acc+pot, 60 with jerk.
+On the CPU, several instruction sets (``isas``, e.g. avx512 and avx2) can be measured in
+one run, on the same inputs, so their rates compare directly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import gravpipe as gp
+from gravpipe.backends import resolve_isa
 
 FLOPS_ACC_POT = 38
 FLOPS_WITH_JERK = 60
@@ -36,6 +39,7 @@ class DirectResult:
     gflops: float
     ratio_to_numpy: float | None
     n_i: int = 0         # i-particles per call (N: all pairs)
+    isa: str | None = None  # CPU instruction set of the kernels (None on CUDA and numpy)
 
 
 def numpy_all_pairs(pos: np.ndarray, mass: np.ndarray, eps: float, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
@@ -78,11 +82,12 @@ def measure_numpy(n: int, seed: int = 1) -> float:
 
 
 def measure_pipeline(n: int, precision: str, jerk: bool, backend: str = "cpu",
-                     threads: int | None = None, seed: int = 1, n_i: int | None = None) -> tuple[float, int | None]:
+                     threads: int | None = None, seed: int = 1, n_i: int | None = None,
+                     isa: str = "auto") -> tuple[float, int | None]:
     """(best compute seconds of one evaluation on the first n_i particles (default all) of
     a Plummer sphere of n, each excluding itself; CPU threads used, None on CUDA)."""
     p = gp.ic.plummer(n, seed=seed)
-    pipe = gp.Pipeline(backend=backend, precision=precision, eps=EPS, threads=threads)
+    pipe = gp.Pipeline(backend=backend, precision=precision, eps=EPS, threads=threads, isa=isa)
     pipe.set_j(p.pos, p.mass, p.vel if jerk else None)
     k = n if n_i is None else min(n_i, n)
     exclude = np.arange(k)
@@ -100,9 +105,15 @@ def measure_pipeline(n: int, precision: str, jerk: bool, backend: str = "cpu",
 
 def run(sizes: list[int], precisions: list[str], modes: list[str], backend: str = "cpu",
         threads: int | None = None, numpy_max_n: int = 4096,
-        n_i: int | None = None) -> tuple[list[DirectResult], float]:
+        n_i: int | None = None, isas: list[str] | None = None) -> tuple[list[DirectResult], float]:
     """All measurements, and the numpy reference rate they are compared with. ``n_i``
-    limits the i-set to that many particles (a Hermite block), against all N."""
+    limits the i-set to that many particles (a Hermite block), against all N. ``isas``
+    (CPU only; default ["auto"]) are the instruction sets to measure, each checked before
+    any timing starts (an unknown or missing one raises)."""
+    isas = isas or ["auto"]
+    if backend == "cuda" and isas != ["auto"]:
+        raise ValueError("isa: a CPU option, but the benchmark runs on CUDA")
+    resolved = [resolve_isa(isa) for isa in isas] if backend == "cpu" else [None]
     ref_n = min(numpy_max_n, max(sizes))
     numpy_rate = measure_numpy(ref_n)
     results = [DirectResult(ref_n, "acc+pot", "numpy-f64", "numpy", 1, ref_n * (ref_n - 1) / numpy_rate,
@@ -111,12 +122,14 @@ def run(sizes: list[int], precisions: list[str], modes: list[str], backend: str 
         for mode in modes:
             jerk = mode == "acc+jerk+pot"
             for precision in precisions:
-                sec, used = measure_pipeline(n, precision, jerk, backend, threads, n_i=n_i)
-                k = n if n_i is None else min(n_i, n)
-                rate = k * (n - 1) / sec
-                flops = FLOPS_WITH_JERK if jerk else FLOPS_ACC_POT
-                results.append(DirectResult(n, mode, precision, backend, used, sec, rate,
-                                            rate * flops / 1e9, rate / numpy_rate, k))
+                for isa in resolved:
+                    sec, used = measure_pipeline(n, precision, jerk, backend, threads, n_i=n_i,
+                                                 isa=isa or "auto")
+                    k = n if n_i is None else min(n_i, n)
+                    rate = k * (n - 1) / sec
+                    flops = FLOPS_WITH_JERK if jerk else FLOPS_ACC_POT
+                    results.append(DirectResult(n, mode, precision, backend, used, sec, rate,
+                                                rate * flops / 1e9, rate / numpy_rate, k, isa))
     return results, numpy_rate
 
 

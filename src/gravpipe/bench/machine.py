@@ -24,13 +24,14 @@ def cpu_model() -> str:
 def describe() -> dict[str, object]:
     """A JSON-ready description of this machine and build."""
     from gravpipe import __version__, _core
+    from gravpipe.backends import resolve_isa
 
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "openmp_threads": _core.max_threads(),
-        "isa": _core.available_isas()[0],
+        "isa": resolve_isa("auto"),  # what the CPU kernels run (GRAVPIPE_ISA or the best)
         "python": platform.python_version(),
         "numpy": np.__version__,
         "gravpipe": __version__,
