@@ -32,7 +32,10 @@ CASE = Path(__file__).parent / "mpi" / "run_case.py"
 
 def mpirun(ranks: int, *args: str, cwd: Path) -> dict[str, np.ndarray]:
     out = cwd / f"result_{ranks}_{args[0]}.npz"
-    r = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(CASE), args[0], str(out), *args[1:]],
+    # python -m mpi4py: an exception on one rank aborts them all instead of leaving the others
+    # waiting in a collective
+    r = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", str(CASE), args[0], str(out),
+                        *args[1:]],
                        cwd=cwd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     with np.load(out) as f:

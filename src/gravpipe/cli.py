@@ -447,10 +447,25 @@ def _option_name(key: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gravpipe import parallel, runconfig
+    """``gravpipe run``; under ``mpiexec -n P`` on every rank, rank 0 printing."""
+    from gravpipe import parallel
 
-    if parallel.launched_under_mpi() and not parallel.is_root(parallel.resolve_comm()):
+    comm = parallel.resolve_comm() if parallel.launched_under_mpi() else None
+    if comm is None:
+        return _run(args)
+    if not parallel.is_root(comm):
         sys.stdout = open(os.devnull, "w")  # rank 0 prints the header, progress and summary
+    try:
+        return _run(args)
+    except BaseException as exc:  # noqa: BLE001 - any failure on one rank must stop them all
+        # the other ranks would otherwise wait forever in the next collective
+        print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {exc}", file=sys.stderr, flush=True)
+        comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError)) else 1)
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gravpipe import runconfig
 
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:

@@ -196,7 +196,8 @@ class Simulation:
         """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
         (``Pipeline.backend_detail`` names the machine's maximum)."""
         p = self._source
-        return f"isa={p.isa}, threads={p.threads}" if p.backend == "cpu" else p.backend_detail
+        ranks = f", j-parallel over {self.comm.Get_size()} MPI ranks" if self.comm is not None else ""
+        return (f"isa={p.isa}, threads={p.threads}{ranks}" if p.backend == "cpu" else p.backend_detail)
 
     @property
     def quantum(self) -> float:
@@ -220,7 +221,8 @@ class Simulation:
         return self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G)
 
     def energy_error(self) -> float:
-        """(E - E0) / |E0| relative to the energy at the start of the run."""
+        """(E - E0) / |E0| relative to the energy at the start of the run. With several MPI
+        ranks this (like :meth:`energy`) is collective: call it on every rank."""
         return (self.energy().total - self.config.energy0) / abs(self.config.energy0)
 
     def _raw_timings(self) -> Timings:

@@ -43,10 +43,11 @@ def hermite(out: str, run_dir: str, t_end: float) -> None:
     assert sim.comm is not None and sim.comm.Get_size() == comm.Get_size()
     sim.evolve(t_end, checkpoint_every=0.25, out=run_dir, progress=False)
     p = sim.particles
+    energy_error = sim.energy_error()  # collective: every rank sums its slice of the potential
     everyone = comm.gather(p.pos, root=0)
     if comm.rank == 0:
         assert all(np.array_equal(x, everyone[0]) for x in everyone), "ranks disagree"
-        np.savez(out, pos=p.pos, vel=p.vel, energy_error=sim.energy_error(), comm=sim.timings.comm)
+        np.savez(out, pos=p.pos, vel=p.vel, energy_error=energy_error, comm=sim.timings.comm)
 
 
 if __name__ == "__main__":
