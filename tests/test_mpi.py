@@ -98,3 +98,26 @@ def test_cli_run_under_mpiexec_prints_once(tmp_path):
     assert "comm" in r.stdout
     assert sorted(f.name for f in (tmp_path / "run").iterdir()) == [
         "checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5"]
+
+
+def test_bench_pingpong_fits_latency_and_bandwidth(tmp_path):
+    import json
+
+    exe = Path(sys.executable).parent / "gravpipe"
+    r = subprocess.run([MPIEXEC, "-n", "2", str(exe), "bench", "pingpong", "--sizes", "1", "1024", "65536",
+                        "1048576", "--repeats", "3", "--json", "-"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = doc["timings"]
+    assert [row["bytes"] for row in rows] == [1, 1024, 65536, 1048576]
+    assert all(row["seconds"] > 0 for row in rows) and rows[-1]["seconds"] > rows[0]["seconds"]
+    fit = doc["fits"]["all"]
+    assert fit["latency_s"] > 0 and fit["bandwidth_gb_s"] > 0 and "MPICH" in doc["mpi_library"]
+
+
+def test_bench_pingpong_needs_two_ranks(capsys):
+    from gravpipe.cli import main
+
+    assert main(["bench", "pingpong"]) == 2
+    assert "mpiexec -n 2" in capsys.readouterr().err

@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     bx.add_argument("--repeats", type=_positive_int, default=20, help="copies per size; the median is kept")
     bx.add_argument("--plot", metavar="PNG", help="also draw time and bandwidth vs size")
     bx.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bp = bsub.add_parser("pingpong", help="MPI message time vs size between two ranks, T = C1 + C2*bytes "
+                                          "(run as: mpiexec -n 2 gravpipe bench pingpong)")
+    bp.add_argument("--sizes", type=_positive_int, nargs="+", default=None, help="bytes (default 1 B .. 64 MiB)")
+    bp.add_argument("--repeats", type=_positive_int, default=20, help="round trips per size; the median is kept")
+    bp.add_argument("--plot", metavar="PNG", help="also draw time and bandwidth vs size")
+    bp.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
     bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
@@ -289,6 +295,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_tree(args)
     if args.bench == "transfer":
         return _bench_transfer(args)
+    if args.bench == "pingpong":
+        return _bench_pingpong(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -367,6 +375,41 @@ def _bench_transfer(args: argparse.Namespace) -> int:
         transfer.plot(rows, fits, args.plot)
         console.print(f"wrote {args.plot}")
     _emit_json(args.json, lambda: transfer.as_json(rows, fits, info), console)
+    return 0
+
+
+def _bench_pingpong(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gravpipe import parallel
+    from gravpipe.bench import machine, pingpong
+
+    comm = parallel.resolve_comm()
+    rows = pingpong.run(comm, args.sizes, args.repeats)
+    if rows is None:  # ranks other than 0 only take part
+        return 0
+    from mpi4py import MPI
+
+    library = MPI.Get_library_version().splitlines()[0].strip()
+    fitted = pingpong.fits(rows)
+    console = Console(stderr=args.json == "-")
+    info = machine.describe()
+    console.print(f"[bold]gravpipe bench pingpong[/bold]  {info['cpu']}, {library}, ranks 0 <-> 1 of "
+                  f"{comm.Get_size()}, median of {args.repeats} round trips / 2", highlight=False)
+    table = Table()
+    for col in ("bytes", "one-way us", "GB/s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["bytes"]), f"{1e6 * r['seconds']:.2f}", f"{r['gb_s']:.3g}")
+    console.print(table)
+    for name, f in fitted.items():
+        console.print(f"fit {name:<5}: C1 = {1e6 * f.latency_s:.2f} us, 1/C2 = {f.bandwidth_gb_s:.2f} GB/s "
+                      f"(worst point off the fit by {100 * f.max_rel_residual:.0f}%)", highlight=False)
+    if args.plot:
+        pingpong.plot(rows, fitted, args.plot)
+        console.print(f"wrote {args.plot}")
+    _emit_json(args.json, lambda: pingpong.as_json(rows, fitted, info, library), console)
     return 0
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.backends import resolve_backend
+from gravpipe.bench.costfit import fit_cost
 
 DEFAULT_SIZES = [2 ** k for k in range(2, 29, 2)]  # 4 B .. 256 MiB
 
@@ -40,15 +41,10 @@ def run(sizes: list[int] | None = None, repeats: int = 20, device: int = 0) -> t
 
 
 def fit(rows: list[dict], direction: str, pinned: bool) -> TransferFit:
-    """Least-squares T = C1 + C2 * bytes, relative residuals (weights 1/T)."""
+    """T = C1 + C2 * bytes for one direction and memory kind (see costfit.fit_cost)."""
     sel = [r for r in rows if r["direction"] == direction and r["pinned"] == pinned]
-    b = np.array([r["bytes"] for r in sel], dtype=float)
-    t = np.array([r["seconds"] for r in sel], dtype=float)
-    a = np.stack([np.ones_like(b), b], axis=1) / t[:, None]
-    (c1, c2), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    model = c1 + c2 * b
-    return TransferFit(direction, pinned, float(c1), float(c2), float(1e-9 / c2) if c2 > 0 else float("inf"),
-                       float(np.max(np.abs(model / t - 1))))
+    f = fit_cost(np.array([r["bytes"] for r in sel]), np.array([r["seconds"] for r in sel]))
+    return TransferFit(direction, pinned, f.latency_s, f.seconds_per_byte, f.bandwidth_gb_s, f.max_rel_residual)
 
 
 def plot(rows: list[dict], fits: list[TransferFit], path: str) -> None:
