@@ -11,6 +11,7 @@ Skipped when mpi4py or mpiexec is missing (``pip install 'gravpipe[mpi]'``; CI i
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -121,3 +122,35 @@ def test_bench_pingpong_needs_two_ranks(capsys):
 
     assert main(["bench", "pingpong"]) == 2
     assert "mpiexec -n 2" in capsys.readouterr().err
+
+
+def test_a_killed_rank_stops_the_run_and_resume_works(tmp_path):
+    """SIGKILL on one rank mid-run: mpiexec ends promptly (no rank left waiting), the
+    checkpoints written so far are intact, and the run resumes from them."""
+    import signal
+    import time
+
+    exe = Path(sys.executable).parent / "gravpipe"
+    out = tmp_path / "victim_run"
+    run = subprocess.Popen([MPIEXEC, "-n", "2", str(exe), "run", "-n", "4096", "--t-end", "8", "--checkpoint-every",
+                            "0.125", "--no-progress", "--out", str(out)], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.glob("checkpoint_*.h5"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ranks = subprocess.run(["pgrep", "-f", f"gravpipe run .*{out}"], capture_output=True, text=True).stdout.split()
+        ranks = [int(p) for p in ranks if int(p) != run.pid]
+        assert len(ranks) >= 2, ranks
+        os.kill(max(ranks), signal.SIGKILL)
+        killed = time.monotonic()
+        run.wait(timeout=60)
+        assert time.monotonic() - killed < 30 and run.returncode != 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+    done = sorted(out.glob("checkpoint_*.h5"))
+    assert done and gp.io.read_snapshot(done[-1]).integrator_state is not None
+    sim = gp.Simulation.resume(out)  # one process now: redistributed
+    sim.evolve(sim.time + 0.125, progress=False)
+    assert abs(sim.energy_error()) < 1e-5
