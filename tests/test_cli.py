@@ -1,5 +1,6 @@
 """The gravpipe command as a user runs it: exit codes, one-line errors, JSON output."""
 
+import errno
 import json
 import subprocess
 import sys
@@ -7,6 +8,8 @@ import sys
 import pytest
 
 import gravpipe as gp
+from gravpipe import cli
+from gravpipe.cli import main
 
 
 def gravpipe(*args, timeout=120):
@@ -53,3 +56,75 @@ def test_user_errors_are_one_line(args, message):
 def test_bad_option_value_is_rejected_by_the_parser():
     r = gravpipe("forces", "-n", "zero")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "-n" in r.stderr
+
+
+# ---- OS errors and closed pipes ---------------------------------------------------------
+
+def run_main(capsys, *args):
+    """cli.main in this process: (exit code, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, *words):
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    for word in words:
+        assert word in lines[0], err
+
+
+def test_out_naming_an_existing_file_is_one_line(capsys, tmp_path):
+    # evolve makes the run directory; a file of that name is the user's mistake
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    code, _, err = run_main(capsys, "run", "-n", "64", "--t-end", "1/8", "--out", taken, "--no-progress")
+    assert_one_line_error(code, err, "gravpipe run: error:", str(taken))
+    assert taken.read_text() == "not a folder"
+
+
+def test_out_below_a_file_is_one_line(capsys, tmp_path):
+    (tmp_path / "plain").write_text("")
+    out = tmp_path / "plain" / "run1"
+    code, _, err = run_main(capsys, "run", "-n", "64", "--t-end", "1/8", "--out", out, "--no-progress")
+    assert_one_line_error(code, err, "gravpipe run: error:", str(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("exc, words", [
+    (OSError(errno.ENOSPC, "No space left on device", "/data/run1/snapshot_0001.h5"),
+     ["/data/run1/snapshot_0001.h5: No space left on device"]),
+    (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.h5"), ["/mnt/ro/x.h5", "Read-only"]),
+    (FileExistsError(errno.EEXIST, "File exists", "run1"), ["run1: File exists"]),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "a/b"), ["a/b: Not a directory"]),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), ["/root/x: Permission denied"]),
+    (FileNotFoundError("config file not found: run.toml"), ["config file not found: run.toml"]),
+])
+def test_user_os_errors_are_one_line_without_errno(capsys, monkeypatch, exc, words):
+    def failing(args):
+        raise exc
+    monkeypatch.setitem(cli.COMMANDS, "info", failing)
+    code, _, err = run_main(capsys, "info", "x.h5")
+    assert_one_line_error(code, err, "gravpipe info: error:", *words)
+    assert "[Errno" not in err
+
+
+def test_machine_io_faults_keep_their_traceback(monkeypatch):
+    # EIO is a failing disk, not a mistake the user can fix: main must not hide it
+    def failing(args):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setitem(cli.COMMANDS, "info", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        main(["info", "x.h5"])
+
+
+def test_closed_pipe_ends_quietly():
+    # `gravpipe run | head -1`: the reader leaves after the first line while the run goes on
+    proc = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "-n", "512", "--t-end", "1",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert first.startswith(b"gravpipe run:")
+    assert proc.returncode == cli.EXIT_BROKEN_PIPE
+    assert err == b"", err.decode()

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from typing import Sequence
 
 import numpy as np
 
 EXIT_USER_ERROR = 2
+#: exit status when the reader of stdout went away (128 + SIGPIPE, what a shell reports
+#: for a process killed by SIGPIPE, the default fate of a C program in ``cmd | head``)
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class UserError(Exception):
@@ -169,14 +174,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gravpipe.backends import BackendUnavailableError
 
     try:
-        return COMMANDS[args.command](args)
-    except (UserError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError,
-            BackendUnavailableError) as exc:
+        code = COMMANDS[args.command](args)
+        # flushed here, not at interpreter exit, so that a closed pipe surfaces below
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (UserError, ValueError, BackendUnavailableError) as exc:
         print(f"gravpipe {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as exc:
+        if not _is_user_mistake(exc):
+            raise  # an I/O fault of the machine (EIO, ...), not a mistake: keep the traceback
+        print(f"gravpipe {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print(f"gravpipe {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+# OSError numbers that a user can fix: a wrong or missing path, a file where a folder is
+# expected (or the reverse), permissions, a full or read-only disk.
+_USER_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTEMPTY}
+
+_USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _is_user_mistake(exc: OSError) -> bool:
+    # by type too: FileNotFoundError("message") raised by our own code carries no errno
+    return isinstance(exc, _USER_OS_ERRORS) or exc.errno in _USER_ERRNOS
+
+
+def _os_error_text(exc: OSError) -> str:
+    """One line for an OSError: "PATH: reason" when it names a file (as the OS's own
+    errors and gravpipe.io's write errors do), else its message without "[Errno N]"."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return reason
+    if exc.filename2 is not None:  # rename, link: both paths matter
+        return f"{exc.filename} -> {exc.filename2}: {reason}"
+    return f"{exc.filename}: {reason}"
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``gravpipe ... | head``). Python's documented way
+    (library/signal, "Note on SIGPIPE"): point stdout at devnull so that the flush at
+    interpreter exit cannot raise again, and end quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _load_particles(path: str):
