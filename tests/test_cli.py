@@ -128,3 +128,10 @@ def test_closed_pipe_ends_quietly():
     assert first.startswith(b"gravpipe run:")
     assert proc.returncode == cli.EXIT_BROKEN_PIPE
     assert err == b"", err.decode()
+
+
+def test_write_error_names_the_users_path(capsys, tmp_path):
+    path = tmp_path / "nodir" / "ic.h5"
+    code, _, err = run_main(capsys, "ic", "plummer", "-n", "16", "-o", path)
+    assert_one_line_error(code, err, f"gravpipe ic: error: {path}: cannot write: folder", "does not exist")
+    assert ".tmp" not in err

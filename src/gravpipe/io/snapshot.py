@@ -173,6 +173,10 @@ def write_snapshot(
         ``particles`` is not a ``Particles``.
     ValueError
         Any invalid argument; raised before anything is written.
+    OSError
+        The file cannot be written; the message names ``path`` and the reason, the errno
+        is the cause's (``FileNotFoundError``: the folder does not exist,
+        ``PermissionError``, ``ENOSPC``: disk full, ...; see ``atomic.atomic_path``).
     """
     if not isinstance(particles, Particles):
         raise TypeError(f"particles: expected gravpipe.Particles, got {type(particles).__name__}")
@@ -407,6 +411,8 @@ def read_snapshot(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PAR
     ------
     FileNotFoundError
         No file at ``path``.
+    PermissionError (an OSError)
+        The file cannot be read; the message names ``path``.
     SnapshotError (a ValueError)
         Not HDF5, no ``/Header``, no such ``PartType`` group, a required dataset missing
         (Coordinates, Velocities, ParticleIDs; Masses unless MassTable gives them), a
@@ -440,6 +446,11 @@ def _existing_file(path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"snapshot file not found: {p}")
     if p.is_dir():
         raise SnapshotError(f"{p}: is a directory, not a snapshot file")
+    try:  # the OS's reason (permission denied, ...) rather than h5py's words on it
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read: {exc.strerror}", str(p)) from exc
     return p
 
 
