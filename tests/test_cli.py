@@ -135,3 +135,18 @@ def test_write_error_names_the_users_path(capsys, tmp_path):
     code, _, err = run_main(capsys, "ic", "plummer", "-n", "16", "-o", path)
     assert_one_line_error(code, err, f"gravpipe ic: error: {path}: cannot write: folder", "does not exist")
     assert ".tmp" not in err
+
+
+def test_info_on_a_checkpoint_is_narrow_and_shows_the_run_config(capsys, tmp_path):
+    from gravpipe.simulation import Simulation
+
+    sim = Simulation(gp.ic.plummer(32, seed=2), integrator="hermite", backend="cpu", threads=1)
+    sim.evolve(1 / 8, checkpoint_every=1 / 8, out=tmp_path / "run", progress=False)
+    code, out, _ = run_main(capsys, "info", tmp_path / "run" / "checkpoint_0001.h5")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(ln) for ln in lines) <= 120, max(lines, key=len)
+    assert all(ln == ln.rstrip() for ln in lines)
+    entries = {ln.split("=")[0].strip(): ln.split("=", 1)[1].strip() for ln in lines if " = " in ln}
+    assert entries["integrator"] == "'hermite'" and entries["params.dt_max"] == "0.125"
+    assert entries["energy0"] == repr(sim.config.energy0)
