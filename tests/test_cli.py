@@ -2,6 +2,7 @@
 
 import errno
 import json
+import math
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 import gravpipe as gp
 from gravpipe import cli
 from gravpipe.cli import main
+from gravpipe.runconfig import parse_number
 
 
 def gravpipe(*args, timeout=120):
@@ -150,3 +152,55 @@ def test_info_on_a_checkpoint_is_narrow_and_shows_the_run_config(capsys, tmp_pat
     entries = {ln.split("=")[0].strip(): ln.split("=", 1)[1].strip() for ln in lines if " = " in ln}
     assert entries["integrator"] == "'hermite'" and entries["params.dt_max"] == "0.125"
     assert entries["energy0"] == repr(sim.config.energy0)
+
+
+# ---- numbers on the command line: expressions, values that start with '-' -------------
+
+@pytest.mark.parametrize("text, value", [
+    ("0.015625", 1 / 64), ("1/64", 1 / 64), ("-1/128", -1 / 128), ("2*pi/1000", 2 * math.pi / 1000),
+    ("2**-7", 2.0 ** -7), ("(1 + 3) / 2**3", 0.5), ("-(-2)", 2.0), ("+pi", math.pi), ("1e-3", 1e-3), (" 3 ", 3.0),
+])
+def test_parse_number_accepts_arithmetic_with_pi(text, value):
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("text, message", [
+    ("__import__('os')", "arithmetic expression"), ("e", "arithmetic expression"), ("math.pi", "arithmetic"),
+    ("2^3", "arithmetic"), ("True", "arithmetic"), ("1j", "arithmetic"), ("'1'", "arithmetic"), ("", "arithmetic"),
+    ("inf", "arithmetic"), ("1/0", "division by zero"), ("10**10**10", "not a finite"), ("1e400", "not a finite"),
+    ("(-8)**(1/3)", "arithmetic"), ("-" * 300 + "1", "arithmetic"),
+])
+def test_parse_number_rejects_anything_else(text, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_number(text)
+    assert repr(text)[:20] in str(info.value)
+
+
+def test_negative_value_reaches_the_simulations_check(capsys):
+    # argparse alone says "--dt: expected one argument" for '-1/128'
+    code, _, err = run_main(capsys, "run", "--integrator", "leapfrog", "--dt", "-1/128", "-n", "16")
+    assert_one_line_error(code, err, "gravpipe run: error: dt:", "-0.0078125")
+
+
+def test_expression_options_run(capsys):
+    code, out, err = run_main(capsys, "run", "--integrator", "leapfrog", "--dt", "2*pi/1000", "--t-end", "2*pi/100",
+                              "-n", "32", "--eps=-1/64*-1", "--no-progress", "--backend", "cpu")
+    assert code == 0, err
+    assert "dt 0.00628319" in out and "eps 0.015625" in out and "t = 0 -> 0.0628319" in out
+
+
+def test_signed_values_only_join_number_options():
+    options = {"--dt", "--eps"}
+    assert cli._attach_signed_values(["run", "--dt", "-1/128", "--eps", "-pi"], options) == \
+        ["run", "--dt=-1/128", "--eps=-pi"]
+    # not a number, another option, an option that takes no number, after '--': untouched
+    for argv in (["run", "--dt", "-x"], ["run", "--dt", "--eps", "1"], ["run", "--out", "-1"],
+                 ["run", "--", "--dt", "-1"]):
+        assert cli._attach_signed_values(argv, options) == argv
+
+
+def test_help_documents_the_number_syntax():
+    r = gravpipe("run", "--help")
+    assert r.returncode == 0
+    help_text = " ".join(r.stdout.split())
+    assert "2*pi/1000" in help_text and "--dt" in help_text.split("Numbers (")[1]

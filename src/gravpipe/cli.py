@@ -32,13 +32,67 @@ def _positive_int(text: str) -> int:
 
 
 def _fraction_or_float(text: str) -> float:
-    """Accept '0.015625' or '1/64'."""
+    """The type of every numeric option: '0.015625', '1/64', '-1/128', '2*pi/1000', ...
+    (``runconfig.parse_number``; ``_attach_signed_values`` lets values start with '-')."""
     from gravpipe.runconfig import parse_number
 
     try:
         return parse_number(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _number_options(parser: argparse.ArgumentParser) -> dict[argparse.ArgumentParser, list[str]]:
+    """{parser: its long options that take one number}, for this parser and every
+    subcommand's. argparse lists a parser's arguments only in its ``_actions``."""
+    found: dict[argparse.ArgumentParser, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                found.update(_number_options(sub))
+        elif action.type is _fraction_or_float and action.nargs is None:
+            found.setdefault(parser, []).extend(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
+def _document_numbers(parser: argparse.ArgumentParser) -> None:
+    """Say in each command's help how its numbers may be written."""
+    from gravpipe.runconfig import NUMBER_SYNTAX
+
+    for sub, options in _number_options(parser).items():
+        note = f"Numbers ({', '.join(options)}) may be written as {NUMBER_SYNTAX}."
+        sub.epilog = f"{sub.epilog} {note}" if sub.epilog else note
+
+
+def _attach_signed_values(argv: Sequence[str], options: set[str]) -> list[str]:
+    """'--dt', '-1/128' -> '--dt=-1/128' for options that take a number.
+
+    argparse reads a token that starts with '-' as an option unless it looks like a plain
+    negative number, so '--dt -1/128' would fail with "expected one argument" and the user
+    would never see what is wrong with the value. Joined with '=', the value reaches the
+    option (and its check) whatever it looks like. Tokens after '--' are left alone.
+    """
+    from gravpipe.runconfig import parse_number
+
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + list(argv[i:])
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if token in options and nxt is not None and nxt.startswith("-") and nxt not in options:
+            try:
+                parse_number(nxt)
+            except ValueError:
+                pass  # not a number: an option after all, argparse reports the missing value
+            else:
+                out.append(f"{token}={nxt}")
+                i += 2
+                continue
+        out.append(token)
+        i += 1
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--quick", action="store_true",
                     help="N = 20000, 100000, theta 0.6 0.8, repeat 1 (options given explicitly still apply)")
     bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    _document_numbers(parser)
     return parser
 
 
@@ -170,7 +225,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    number_options = {o for options in _number_options(parser).values() for o in options}
+    args = parser.parse_args(_attach_signed_values(argv, number_options))
     from gravpipe.backends import BackendUnavailableError
 
     try:
