@@ -3,6 +3,7 @@
 import errno
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -204,3 +205,26 @@ def test_help_documents_the_number_syntax():
     assert r.returncode == 0
     help_text = " ".join(r.stdout.split())
     assert "2*pi/1000" in help_text and "--dt" in help_text.split("Numbers (")[1]
+
+
+# ---- --version, --threads beyond the cores ---------------------------------------------
+
+def test_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    r = gravpipe("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"gravpipe {gp.__version__}" == f"gravpipe {importlib.metadata.version('gravpipe')}"
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def test_threads_beyond_the_cores_warn_once(capsys):
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores() + 1)
+    assert code == 0
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and f"--threads {_cores() + 1}" in warnings[0] and f"{_cores()} cores" in warnings[0]
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores())
+    assert code == 0 and err == ""

@@ -96,7 +96,10 @@ def _attach_signed_values(argv: Sequence[str], options: set[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gravpipe import __version__
+
     parser = argparse.ArgumentParser(prog="gravpipe", description="Gravitational N-body engine in the GRAPE tradition.")
+    parser.add_argument("--version", action="version", version=f"gravpipe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("forces", help="forces on a particle set (default: an embedded Plummer sphere) with an accuracy check")
@@ -230,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(_attach_signed_values(argv, number_options))
     from gravpipe.backends import BackendUnavailableError
 
+    _warn_threads(getattr(args, "threads", None))
     try:
         code = COMMANDS[args.command](args)
         # flushed here, not at interpreter exit, so that a closed pipe surfaces below
@@ -282,6 +286,18 @@ def _stdout_closed() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+def _warn_threads(threads: int | None) -> None:
+    """One line on stderr when --threads asks for more threads than this process has cores:
+    it is allowed (the result does not depend on it) but only makes the run slower."""
+    if threads is None:
+        return
+    # the cores this process may run on (taskset, cpusets), not the machine's
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores is not None and threads > cores:
+        print(f"gravpipe: warning: --threads {threads} exceeds the {cores} cores this process may use; "
+              "threads beyond that share cores and make the run slower, not faster", file=sys.stderr)
 
 
 def _load_particles(path: str):
