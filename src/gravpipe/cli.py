@@ -219,7 +219,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dt-max", type=_fraction_or_float, default=None, help="Hermite largest step (default 1/8)")
     r.add_argument("--dt", type=_fraction_or_float, default=None, help="leapfrog step (default 1/128)")
     r.add_argument("--precision", choices=["mixed", "double"], default=None,
-                   help="default mixed (--gravity tree: mixed only, for now)")
+                   help="force arithmetic, default mixed (with --gravity tree: the tree's list kernels)")
     r.add_argument("--backend", default=None,
                    help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
