@@ -364,3 +364,29 @@ def test_checkpoint_without_k0_w0_still_loads(tmp_path):
     resumed = Simulation.resume(tmp_path)
     assert RunConfig(**old).kinetic0 is None
     assert resumed.energy_error() == pytest.approx(sim.energy_error(), rel=1e-12, abs=1e-15)
+
+
+# --------------------------------------------------------------------------------------
+# a Simulation's energy diagnostics: float64 on the run's own backend and threads
+
+
+def test_simulation_energy_is_float64_on_the_runs_backend_and_threads(monkeypatch):
+    from gravpipe import ic, simulation
+
+    made = []
+
+    class Recording(simulation.Pipeline):
+        def __init__(self, **kw):
+            made.append(kw)
+            super().__init__(**kw)
+
+    monkeypatch.setattr(simulation, "Pipeline", Recording)
+    p = ic.plummer(300, seed=4)
+    sim = simulation.Simulation(p, integrator="leapfrog", dt=1 / 64, eps=1 / 32, backend="cpu", threads=1,
+                                precision="mixed")
+    made.clear()
+    e = sim.energy()
+    assert [(kw["backend"], kw["precision"], kw["threads"]) for kw in made] == [("cpu", "double", 1)]
+    w_ref = 0.5 * float(np.dot(p.mass, _pot(p, eps=1 / 32)))
+    assert e.potential == pytest.approx(w_ref, rel=1e-13)
+    assert e.kinetic == dg.kinetic_energy(p)

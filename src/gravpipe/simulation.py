@@ -202,17 +202,18 @@ class Simulation:
         p, c = self.particles, self.config
         return diagnostics.energy(p, c.eps, c.G, pot=self._diagnostic_pot(p, c.eps, c.G))
 
-    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray | None:
-        """Potentials for the energy diagnostics: a float64 direct sum for direct runs (on
-        the GPU when the run uses it, else None: numpy); a fine float64 tree for tree runs,
-        whose steps are O(N log N) too."""
-        if self._gravity != "tree":
-            if self._pipe.backend != "cuda":
-                return None
-            exact = Pipeline(backend="cuda", precision="double", eps=eps, G=G)
-            exact.set_j(p.pos, p.mass)
-            return exact.forces(p.pos, exclude=np.arange(p.n))[1]
-        return Tree(p.pos, p.mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double").forces()[1]
+    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray:
+        """Potentials (N,) for the energy diagnostics, float64. Direct runs: an all-pairs
+        sum on the pipeline in double precision (float64 throughout), on the run's backend
+        and threads, so that a CPU run with --threads 1 does not take all cores or the GPU
+        for its diagnostics. Tree runs: a fine float64 tree, O(N log N) as their steps."""
+        if self._gravity == "tree":
+            return Tree(p.pos, p.mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double",
+                        threads=self._pipe.threads).forces()[1]
+        exact = Pipeline(backend=self._pipe.backend, precision="double", eps=eps, G=G,
+                         threads=self._pipe.threads if self._pipe.backend == "cpu" else None)
+        exact.set_j(p.pos, p.mass)
+        return exact.forces(p.pos, exclude=np.arange(p.n))[1]
 
     def energy_error(self) -> float:
         """Relative energy error against the start of the run: (E - E0) / |E0|, or
