@@ -3,9 +3,9 @@
     from gravpipe import plot
     paths = plot.plot_run("run1/")     # run1/energy_error.png, lagrangian_radii.png, time_breakdown.png
 
-matplotlib is an optional dependency (``pip install "gravpipe[plot]"``); it is imported
-only when a plot is drawn, and figures are rendered with the Agg backend (no display
-needed). ``MissingMatplotlib`` (an ImportError) says what to install.
+matplotlib is a dependency of gravpipe, imported only when a plot is drawn; figures are
+rendered with the Agg backend (no display needed). Should the import fail anyway (a broken
+environment), ``MissingMatplotlib`` (an ImportError) says why and what to reinstall.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ DIAGNOSTICS_FILE = "diagnostics.csv"
 PLOT_FILES = ("energy_error.png", "lagrangian_radii.png", "time_breakdown.png")
 _PHASES = ("host", "transfer", "compute")
 _REQUIRED = ("time", "energy_error")
-INSTALL_HINT = 'matplotlib is not installed; install it with: pip install "gravpipe[plot]"'
+INSTALL_HINT = "reinstall it with: pip install matplotlib"
 
 
 class MissingMatplotlib(ImportError):
-    """matplotlib (the ``plot`` extra) is not installed."""
+    """matplotlib, a dependency of gravpipe, cannot be imported."""
 
 
 def read_diagnostics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -79,8 +79,9 @@ def phase_seconds(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _import_matplotlib() -> Any:
     try:
         import matplotlib
-    except ImportError:
-        raise MissingMatplotlib(INSTALL_HINT) from None
+    except ImportError as exc:
+        raise MissingMatplotlib(f"matplotlib (a dependency of gravpipe) cannot be imported ({exc}); "
+                                f"{INSTALL_HINT}") from None
     matplotlib.use("Agg")  # files only, never a window
     from matplotlib.figure import Figure
 
