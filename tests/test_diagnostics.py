@@ -390,3 +390,16 @@ def test_simulation_energy_is_float64_on_the_runs_backend_and_threads(monkeypatc
     w_ref = 0.5 * float(np.dot(p.mass, _pot(p, eps=1 / 32)))
     assert e.potential == pytest.approx(w_ref, rel=1e-13)
     assert e.kinetic == dg.kinetic_energy(p)
+
+
+@pytest.mark.parametrize("total0, label", [(-0.25, r"|E_0|$"), (0.0, r"(|K_0| + |W_0|)$")])
+def test_energy_error_plot_names_the_scale_it_was_measured_against(total0, label):
+    from matplotlib.figure import Figure
+
+    from gravpipe import plot
+
+    cols = {"time": np.array([0.0, 1.0]), "energy_error": np.array([0.0, 1e-6]),
+            "total": np.array([total0, total0 + 1e-7])}
+    ax = Figure().add_subplot()
+    plot._energy_error(ax, cols)
+    assert ax.get_ylabel().endswith(label)

@@ -114,7 +114,9 @@ def _energy_error(ax: Any, cols: dict[str, np.ndarray]) -> None:
     shown = de > 0  # the first row is exactly zero; a log axis cannot show it
     ax.semilogy(t[shown], de[shown], marker=".", lw=1)
     ax.set_xlabel("time [N-body units]")
-    ax.set_ylabel(r"$|E - E_0| \,/\, |E_0|$")
+    # diagnostics.relative_energy_error: a run that starts at E0 = 0 is measured against |K0| + |W0|
+    starts_at_zero = "total" in cols and cols["total"][0] == 0
+    ax.set_ylabel(r"$|E - E_0| \,/\, (|K_0| + |W_0|)$" if starts_at_zero else r"$|E - E_0| \,/\, |E_0|$")
     ax.set_title("relative energy error")
     ax.grid(True, which="both", alpha=0.3)
 
