@@ -205,6 +205,8 @@ def test_help_documents_the_number_syntax():
     assert r.returncode == 0
     help_text = " ".join(r.stdout.split())
     assert "2*pi/1000" in help_text and "--dt" in help_text.split("Numbers (")[1]
+    r = gravpipe("bench", "tree", "--help")  # --theta takes several numbers
+    assert "--theta" in " ".join(r.stdout.split()).split("Numbers (")[1]
 
 
 # ---- --version, --threads beyond the cores ---------------------------------------------

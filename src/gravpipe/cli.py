@@ -42,15 +42,15 @@ def _fraction_or_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _number_options(parser: argparse.ArgumentParser) -> dict[argparse.ArgumentParser, list[str]]:
-    """{parser: its long options that take one number}, for this parser and every
-    subcommand's. argparse lists a parser's arguments only in its ``_actions``."""
+def _number_options(parser: argparse.ArgumentParser, single: bool = False) -> dict[argparse.ArgumentParser, list[str]]:
+    """{parser: its long options that take numbers} (``single``: exactly one number), for
+    this parser and every subcommand's. argparse lists arguments only in ``_actions``."""
     found: dict[argparse.ArgumentParser, list[str]] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
-                found.update(_number_options(sub))
-        elif action.type is _fraction_or_float and action.nargs is None:
+                found.update(_number_options(sub, single))
+        elif action.type is _fraction_or_float and (action.nargs is None or not single):
             found.setdefault(parser, []).extend(o for o in action.option_strings if o.startswith("--"))
     return found
 
@@ -229,7 +229,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    number_options = {o for options in _number_options(parser).values() for o in options}
+    # values of options taking several numbers (bench tree --theta 0.5 0.8) cannot be joined
+    number_options = {o for options in _number_options(parser, single=True).values() for o in options}
     args = parser.parse_args(_attach_signed_values(argv, number_options))
     from gravpipe.backends import BackendUnavailableError
 
