@@ -100,11 +100,17 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 def parse_number(text: str) -> float:
     """A number written as text -> float: '0.015625', '1/64', '-1/128', '2*pi/1000', '2**-7'.
 
-    Numbers, + - * / ** and parentheses, unary minus and the name ``pi``, evaluated in
-    float64 by walking Python's syntax tree (``ast``; nothing is executed). Raises
-    ValueError naming the text for anything else, a division by zero or a result that is
-    not finite.
+    A plain number is read by ``float`` as before, 'nan' and 'inf' included: the option's
+    own check then says what is wrong with it in context ("--theta nan: the opening angle
+    must be finite"). Anything else may use numbers, + - * / ** and parentheses, unary
+    minus and the name ``pi``, evaluated in float64 by walking Python's syntax tree
+    (``ast``; nothing is executed). Raises ValueError naming the text for anything else,
+    a division by zero or an expression whose value is not finite.
     """
+    try:
+        return float(text)
+    except ValueError:
+        pass
     try:
         if len(text) > _MAX_EXPRESSION:
             raise ValueError("too long")
@@ -115,7 +121,7 @@ def parse_number(text: str) -> float:
         raise ValueError(f"{text!r}: division by zero") from None
     except OverflowError:
         value = math.inf
-    if not math.isfinite(value):  # 1e400, 2**1024
+    if not math.isfinite(value):  # 2**1024, 1e308*10
         raise ValueError(f"{text!r}: not a finite number")
     return value
 
