@@ -68,14 +68,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         _remove_quietly(tmp)
         if not _about_target(exc, tmp, final):
             raise
-        raise write_error(final, exc.errno) from exc
+        raise _write_error(final, exc.errno) from exc
     except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
         _remove_quietly(tmp)
         raise
     _fsync_directory(final.parent)
 
 
-def write_error(final: Path, code: int) -> OSError:
+def _write_error(final: Path, code: int) -> OSError:
     """An OSError for a failed write of ``final``: errno ``code`` (so ``OSError`` picks the
     subclass), a reason in words naming the folder where that helps, ``filename=final``."""
     folder = final.parent
@@ -100,11 +100,11 @@ def _probe(tmp: Path, final: Path) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
-        raise write_error(final, exc.errno) from exc
+        raise _write_error(final, exc.errno) from exc
     os.close(fd)
     os.unlink(tmp)
     if final.is_dir():  # os.replace would fail only after all the writing
-        raise write_error(final, errno.EISDIR)
+        raise _write_error(final, errno.EISDIR)
 
 
 def _about_target(exc: OSError, tmp: Path, final: Path) -> bool:
