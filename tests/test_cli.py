@@ -1,12 +1,18 @@
 """The gravpipe command as a user runs it: exit codes, one-line errors, JSON output."""
 
+import errno
 import json
+import math
+import os
 import subprocess
 import sys
 
 import pytest
 
 import gravpipe as gp
+from gravpipe import cli
+from gravpipe.cli import main
+from gravpipe.runconfig import parse_number
 
 
 def gravpipe(*args, timeout=120):
@@ -53,3 +59,179 @@ def test_user_errors_are_one_line(args, message):
 def test_bad_option_value_is_rejected_by_the_parser():
     r = gravpipe("forces", "-n", "zero")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "-n" in r.stderr
+
+
+# ---- OS errors and closed pipes ---------------------------------------------------------
+
+def run_main(capsys, *args):
+    """cli.main in this process: (exit code, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, *words):
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    for word in words:
+        assert word in lines[0], err
+
+
+def test_out_naming_an_existing_file_is_one_line(capsys, tmp_path):
+    # evolve makes the run directory; a file of that name is the user's mistake
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    code, _, err = run_main(capsys, "run", "-n", "64", "--t-end", "1/8", "--out", taken, "--no-progress")
+    assert_one_line_error(code, err, "gravpipe run: error:", str(taken))
+    assert taken.read_text() == "not a folder"
+
+
+def test_out_below_a_file_is_one_line(capsys, tmp_path):
+    (tmp_path / "plain").write_text("")
+    out = tmp_path / "plain" / "run1"
+    code, _, err = run_main(capsys, "run", "-n", "64", "--t-end", "1/8", "--out", out, "--no-progress")
+    assert_one_line_error(code, err, "gravpipe run: error:", str(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("exc, words", [
+    (OSError(errno.ENOSPC, "No space left on device", "/data/run1/snapshot_0001.h5"),
+     ["/data/run1/snapshot_0001.h5: No space left on device"]),
+    (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.h5"), ["/mnt/ro/x.h5", "Read-only"]),
+    (FileExistsError(errno.EEXIST, "File exists", "run1"), ["run1: File exists"]),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "a/b"), ["a/b: Not a directory"]),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), ["/root/x: Permission denied"]),
+    (FileNotFoundError("config file not found: run.toml"), ["config file not found: run.toml"]),
+])
+def test_user_os_errors_are_one_line_without_errno(capsys, monkeypatch, exc, words):
+    def failing(args):
+        raise exc
+    monkeypatch.setitem(cli.COMMANDS, "info", failing)
+    code, _, err = run_main(capsys, "info", "x.h5")
+    assert_one_line_error(code, err, "gravpipe info: error:", *words)
+    assert "[Errno" not in err
+
+
+def test_machine_io_faults_keep_their_traceback(monkeypatch):
+    # EIO is a failing disk, not a mistake the user can fix: main must not hide it
+    def failing(args):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setitem(cli.COMMANDS, "info", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        main(["info", "x.h5"])
+
+
+def test_closed_pipe_ends_quietly():
+    # `gravpipe run | head -1`: the reader leaves after the first line while the run goes on
+    proc = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "-n", "512", "--t-end", "1",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert first.startswith(b"gravpipe run:")
+    assert proc.returncode == cli.EXIT_BROKEN_PIPE
+    assert err == b"", err.decode()
+
+
+def test_write_error_names_the_users_path(capsys, tmp_path):
+    path = tmp_path / "nodir" / "ic.h5"
+    code, _, err = run_main(capsys, "ic", "plummer", "-n", "16", "-o", path)
+    assert_one_line_error(code, err, f"gravpipe ic: error: {path}: cannot write: folder", "does not exist")
+    assert ".tmp" not in err
+
+
+def test_info_on_a_checkpoint_is_narrow_and_shows_the_run_config(capsys, tmp_path):
+    from gravpipe.simulation import Simulation
+
+    sim = Simulation(gp.ic.plummer(32, seed=2), integrator="hermite", backend="cpu", threads=1)
+    sim.evolve(1 / 8, checkpoint_every=1 / 8, out=tmp_path / "run", progress=False)
+    code, out, _ = run_main(capsys, "info", tmp_path / "run" / "checkpoint_0001.h5")
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(ln) for ln in lines) <= 120, max(lines, key=len)
+    assert all(ln == ln.rstrip() for ln in lines)
+    entries = {ln.split("=")[0].strip(): ln.split("=", 1)[1].strip() for ln in lines if " = " in ln}
+    assert entries["integrator"] == "'hermite'" and entries["params.dt_max"] == "0.125"
+    assert entries["energy0"] == repr(sim.config.energy0)
+
+
+# ---- numbers on the command line: expressions, values that start with '-' -------------
+
+@pytest.mark.parametrize("text, value", [
+    ("0.015625", 1 / 64), ("1/64", 1 / 64), ("-1/128", -1 / 128), ("2*pi/1000", 2 * math.pi / 1000),
+    ("2**-7", 2.0 ** -7), ("(1 + 3) / 2**3", 0.5), ("-(-2)", 2.0), ("+pi", math.pi), ("1e-3", 1e-3), (" 3 ", 3.0),
+])
+def test_parse_number_accepts_arithmetic_with_pi(text, value):
+    assert parse_number(text) == value
+
+
+def test_plain_numbers_are_read_as_float_reads_them():
+    # nan and inf get through, so that the option's own check names the problem in context
+    assert math.isnan(parse_number("nan")) and parse_number("-inf") == -math.inf and parse_number("1e400") == math.inf
+
+
+@pytest.mark.parametrize("text, message", [
+    ("__import__('os')", "arithmetic expression"), ("e", "arithmetic expression"), ("math.pi", "arithmetic"),
+    ("2^3", "arithmetic"), ("True", "arithmetic"), ("1j", "arithmetic"), ("'1'", "arithmetic"), ("", "arithmetic"),
+    ("-pi/0", "division by zero"), ("10**10**10", "not a finite"), ("1e308*10", "not a finite"),
+    ("(-8)**(1/3)", "arithmetic"), ("-" * 300 + "1", "arithmetic"),
+])
+def test_parse_number_rejects_anything_else(text, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_number(text)
+    assert repr(text)[:20] in str(info.value)
+
+
+def test_negative_value_reaches_the_simulations_check(capsys):
+    # argparse alone says "--dt: expected one argument" for '-1/128'
+    code, _, err = run_main(capsys, "run", "--integrator", "leapfrog", "--dt", "-1/128", "-n", "16")
+    assert_one_line_error(code, err, "gravpipe run: error: dt:", "-0.0078125")
+
+
+def test_expression_options_run(capsys):
+    code, out, err = run_main(capsys, "run", "--integrator", "leapfrog", "--dt", "2*pi/1000", "--t-end", "2*pi/100",
+                              "-n", "32", "--eps=-1/64*-1", "--no-progress", "--backend", "cpu")
+    assert code == 0, err
+    assert "dt 0.00628319" in out and "eps 0.015625" in out and "t = 0 -> 0.0628319" in out
+
+
+def test_signed_values_only_join_number_options():
+    options = {"--dt", "--eps"}
+    assert cli._attach_signed_values(["run", "--dt", "-1/128", "--eps", "-pi"], options) == \
+        ["run", "--dt=-1/128", "--eps=-pi"]
+    # not a number, another option, an option that takes no number, after '--': untouched
+    for argv in (["run", "--dt", "-x"], ["run", "--dt", "--eps", "1"], ["run", "--out", "-1"],
+                 ["run", "--", "--dt", "-1"]):
+        assert cli._attach_signed_values(argv, options) == argv
+
+
+def test_help_documents_the_number_syntax():
+    r = gravpipe("run", "--help")
+    assert r.returncode == 0
+    help_text = " ".join(r.stdout.split())
+    assert "2*pi/1000" in help_text and "--dt" in help_text.split("Numbers (")[1]
+    r = gravpipe("bench", "tree", "--help")  # --theta takes several numbers
+    assert "--theta" in " ".join(r.stdout.split()).split("Numbers (")[1]
+
+
+# ---- --version, --threads beyond the cores ---------------------------------------------
+
+def test_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    r = gravpipe("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"gravpipe {gp.__version__}" == f"gravpipe {importlib.metadata.version('gravpipe')}"
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def test_threads_beyond_the_cores_warn_once(capsys):
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores() + 1)
+    assert code == 0
+    warnings = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and f"--threads {_cores() + 1}" in warnings[0] and f"{_cores()} cores" in warnings[0]
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores())
+    assert code == 0 and err == ""

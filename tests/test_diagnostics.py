@@ -289,3 +289,117 @@ def test_virial_ratio_of_single_particle_is_an_error():
     p = Particles([[0.0, 0, 0]], [[1.0, 0, 0]], [1.0])
     with pytest.raises(ValueError, match="W < 0"):
         dg.virial_ratio(p, 0.0, pot=np.zeros(1))
+
+
+# --------------------------------------------------------------------------------------
+# relative energy error, also for a system that starts at E = 0
+
+
+def test_relative_energy_error_is_against_abs_e0():
+    e0 = dg.Energy(kinetic=0.3, potential=-0.5, total=-0.2)
+    later = dg.Energy(kinetic=0.31, potential=-0.5, total=-0.19)
+    assert dg.relative_energy_error(later, e0) == pytest.approx(0.01 / 0.2, rel=1e-12)
+    assert dg.relative_energy_error(e0, e0) == 0.0
+
+
+def test_relative_energy_error_at_e0_zero_is_against_k0_plus_w0():
+    e0 = dg.Energy(kinetic=0.125, potential=-0.125, total=0.0)
+    later = dg.Energy(kinetic=0.1, potential=-0.099, total=0.001)
+    assert dg.relative_energy_error(later, e0) == pytest.approx(0.001 / 0.25, rel=1e-12)
+
+
+def test_relative_energy_error_without_mass_or_motion_is_an_error():
+    nothing = dg.Energy(kinetic=0.0, potential=0.0, total=0.0)
+    with pytest.raises(ValueError, match="no mass or motion"):
+        dg.relative_energy_error(nothing, nothing)
+
+
+def _parabolic_pair() -> Particles:
+    """Two masses 1/2 at distance 2 moving apart at +-1/2: K = 1/8, W = -1/8 and E = 0
+    exactly in float64 (eps = 0)."""
+    pos = np.array([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    vel = np.array([[0.0, 0.5, 0.0], [0.0, -0.5, 0.0]])
+    return Particles(pos, vel, np.array([0.5, 0.5]))
+
+
+def test_simulation_starting_at_zero_energy_uses_k0_plus_w0():
+    from gravpipe.simulation import Simulation
+
+    sim = Simulation(_parabolic_pair(), integrator="leapfrog", dt=1 / 256, eps=0.0, backend="cpu")
+    assert sim.config.energy0 == 0.0
+    assert (sim.config.kinetic0, sim.config.potential0) == (0.125, -0.125)
+    assert sim.energy_error() == 0.0
+    sim.evolve(0.5, progress=False)
+    e = sim.energy().total
+    assert e != 0.0  # leapfrog does not conserve E exactly: the scale is exercised
+    assert sim.energy_error() == pytest.approx(e / 0.25, rel=1e-12)
+    assert sim.history[-1]["energy_error"] == pytest.approx(e / 0.25, rel=1e-12)
+    assert abs(sim.energy_error()) < 1e-5
+
+
+def test_simulation_of_one_particle_at_rest_names_the_problem():
+    from gravpipe.simulation import Simulation
+
+    alone = Particles(np.zeros((1, 3)), np.zeros((1, 3)), np.ones(1))
+    with pytest.raises(ValueError, match="no mass or motion"):
+        Simulation(alone, integrator="leapfrog", backend="cpu")
+
+
+def test_checkpoint_without_k0_w0_still_loads(tmp_path):
+    # checkpoints written before kinetic0/potential0 existed store energy0 only
+    import json
+
+    from gravpipe import ic
+    from gravpipe.io import read_snapshot, write_snapshot
+    from gravpipe.simulation import RunConfig, Simulation
+
+    sim = Simulation(ic.plummer(64, seed=3), integrator="leapfrog", dt=1 / 64, backend="cpu", threads=1)
+    sim.evolve(1 / 8, checkpoint_every=1 / 8, out=tmp_path, progress=False)
+    path = tmp_path / "checkpoint_0001.h5"
+    snap = read_snapshot(path)
+    old = json.loads(snap.parameters["run_config"])
+    del old["kinetic0"], old["potential0"]
+    params = dict(snap.parameters, run_config=json.dumps(old))
+    write_snapshot(path, snap.particles, snap.time, parameters=params, integrator_state=snap.integrator_state)
+    resumed = Simulation.resume(tmp_path)
+    assert RunConfig(**old).kinetic0 is None
+    assert resumed.energy_error() == pytest.approx(sim.energy_error(), rel=1e-12, abs=1e-15)
+
+
+# --------------------------------------------------------------------------------------
+# a Simulation's energy diagnostics: float64 on the run's own backend and threads
+
+
+def test_simulation_energy_is_float64_on_the_runs_backend_and_threads(monkeypatch):
+    from gravpipe import gravity, ic, simulation
+
+    made = []
+
+    class Recording(gravity.Pipeline):
+        def __init__(self, **kw):
+            made.append(kw)
+            super().__init__(**kw)
+
+    monkeypatch.setattr(gravity, "Pipeline", Recording)
+    p = ic.plummer(300, seed=4)
+    sim = simulation.Simulation(p, integrator="leapfrog", dt=1 / 64, eps=1 / 32, backend="cpu", threads=1,
+                                precision="mixed")
+    made.clear()
+    e = sim.energy()
+    assert [(kw["backend"], kw["precision"], kw["threads"]) for kw in made] == [("cpu", "double", 1)]
+    w_ref = 0.5 * float(np.dot(p.mass, _pot(p, eps=1 / 32)))
+    assert e.potential == pytest.approx(w_ref, rel=1e-13)
+    assert e.kinetic == dg.kinetic_energy(p)
+
+
+@pytest.mark.parametrize("total0, label", [(-0.25, r"|E_0|$"), (0.0, r"(|K_0| + |W_0|)$")])
+def test_energy_error_plot_names_the_scale_it_was_measured_against(total0, label):
+    from matplotlib.figure import Figure
+
+    from gravpipe import plot
+
+    cols = {"time": np.array([0.0, 1.0]), "energy_error": np.array([0.0, 1e-6]),
+            "total": np.array([total0, total0 + 1e-7])}
+    ax = Figure().add_subplot()
+    plot._energy_error(ax, cols)
+    assert ax.get_ylabel().endswith(label)

@@ -6,6 +6,7 @@ a wrong row in the package's table fails a test instead of defining the answer.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -520,6 +521,90 @@ def test_atomic_open_and_path(tmp_path):
                 np.save(fh, np.zeros(3))
             raise KeyboardInterrupt
     assert _listing(tmp_path) == ["log.txt"]
+
+
+def _assert_names_path_not_tmp(exc: OSError, path: Path, *words: str) -> None:
+    text = str(exc)
+    assert exc.filename == str(path), text
+    assert ".tmp" not in text and "HDF5" not in text and "synchronously" not in text, text
+    for word in words:
+        assert word in text, text
+
+
+def test_write_into_missing_folder_names_path_and_reason(tmp_path, particles):
+    path = tmp_path / "nodir" / "x.h5"
+    with pytest.raises(FileNotFoundError) as info:
+        write_snapshot(path, particles, 0.0)
+    assert info.value.errno == errno.ENOENT
+    _assert_names_path_not_tmp(info.value, path, "does not exist", str(path.parent))
+    assert _listing(tmp_path) == []
+
+
+def test_write_below_a_file_names_path_and_reason(tmp_path, particles):
+    (tmp_path / "plain").write_text("")
+    path = tmp_path / "plain" / "x.h5"
+    with pytest.raises(NotADirectoryError) as info:
+        write_snapshot(path, particles, 0.0)
+    _assert_names_path_not_tmp(info.value, path, "not a folder")
+
+
+def test_write_onto_a_folder_fails_before_writing(tmp_path, particles, monkeypatch):
+    (tmp_path / "x.h5").mkdir()
+    monkeypatch.setattr(snapshot_module, "_write_header", lambda *a: pytest.fail("wrote data"))
+    with pytest.raises(IsADirectoryError) as info:
+        write_snapshot(tmp_path / "x.h5", particles, 0.0)
+    _assert_names_path_not_tmp(info.value, tmp_path / "x.h5", "is a folder")
+    assert _listing(tmp_path) == ["x.h5"]
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root ignores file permissions")
+def test_read_only_folder_and_unreadable_file(tmp_path, particles):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    readable = write_snapshot(folder / "ok.h5", particles, 0.0)
+    folder.chmod(0o555)
+    readable.chmod(0o000)
+    try:
+        with pytest.raises(PermissionError) as info:
+            write_snapshot(folder / "x.h5", particles, 0.0)
+        _assert_names_path_not_tmp(info.value, folder / "x.h5", "permission denied", str(folder))
+        with pytest.raises(PermissionError, match="ok.h5"):
+            read_snapshot(readable)
+    finally:
+        folder.chmod(0o755)
+        readable.chmod(0o644)
+
+
+def test_permission_denied_names_path(tmp_path, monkeypatch):
+    # the OS's answer as a non-root user sees it (root, which runs some CI, ignores modes)
+    def denied(path, flags, mode=0o777):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+    monkeypatch.setattr(os, "open", denied)
+    target = tmp_path / "log.txt"
+    with pytest.raises(PermissionError) as info:
+        with atomic_open(target):
+            pytest.fail("the body ran")
+    _assert_names_path_not_tmp(info.value, target, "permission denied", str(tmp_path))
+
+
+def test_disk_full_while_writing_names_path(tmp_path):
+    target = tmp_path / "big.bin"
+    with pytest.raises(OSError) as info:
+        with atomic_open(target, "wb") as fh:
+            fh.write(b"part")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as write() reports it
+    assert info.value.errno == errno.ENOSPC
+    _assert_names_path_not_tmp(info.value, target, "disk full")
+    assert _listing(tmp_path) == []
+
+
+def test_other_files_errors_pass_unchanged(tmp_path):
+    # an error about another file that the body touches is not a write error of ours
+    with pytest.raises(FileNotFoundError) as info:
+        with atomic_open(tmp_path / "copy.txt") as fh:
+            fh.write(open(tmp_path / "source.txt").read())
+    assert info.value.filename == str(tmp_path / "source.txt")
+    assert _listing(tmp_path) == []
 
 
 _KILLED_WRITER = textwrap.dedent("""

@@ -165,3 +165,15 @@ def test_unknown_gravity_is_rejected_by_the_parser(capsys):
         main(["run", "--gravity", "barnes-hut"])
     assert exc.value.code == 2
     assert "--gravity" in capsys.readouterr().err
+
+
+def test_tree_runs_in_double_precision_as_the_help_says(capsys):
+    # the help once said "mixed only" for the tree; the tree's list kernels take double too
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "mixed only" not in help_text and "tree's list kernels" in help_text
+    code, stdout, err = run_main(capsys, "run", "-n", "200", "--gravity", "tree", "--precision", "double",
+                                 "--t-end", "1/64", "--no-progress")
+    assert code == 0, err
+    assert "precision double" in stdout

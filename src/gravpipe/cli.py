@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -11,6 +12,9 @@ from typing import Sequence
 import numpy as np
 
 EXIT_USER_ERROR = 2
+#: exit status when the reader of stdout went away (128 + SIGPIPE, what a shell reports
+#: for a process killed by SIGPIPE, the default fate of a C program in ``cmd | head``)
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class UserError(Exception):
@@ -28,7 +32,8 @@ def _positive_int(text: str) -> int:
 
 
 def _fraction_or_float(text: str) -> float:
-    """Accept '0.015625' or '1/64'."""
+    """The type of every numeric option: '0.015625', '1/64', '-1/128', '2*pi/1000', ...
+    (``runconfig.parse_number``; ``_attach_signed_values`` lets values start with '-')."""
     from gravpipe.runconfig import parse_number
 
     try:
@@ -37,8 +42,64 @@ def _fraction_or_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _number_options(parser: argparse.ArgumentParser, single: bool = False) -> dict[argparse.ArgumentParser, list[str]]:
+    """{parser: its long options that take numbers} (``single``: exactly one number), for
+    this parser and every subcommand's. argparse lists arguments only in ``_actions``."""
+    found: dict[argparse.ArgumentParser, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                found.update(_number_options(sub, single))
+        elif action.type is _fraction_or_float and (action.nargs is None or not single):
+            found.setdefault(parser, []).extend(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
+def _document_numbers(parser: argparse.ArgumentParser) -> None:
+    """Say in each command's help how its numbers may be written."""
+    from gravpipe.runconfig import NUMBER_SYNTAX
+
+    for sub, options in _number_options(parser).items():
+        note = f"Numbers ({', '.join(options)}) may be written as {NUMBER_SYNTAX}."
+        sub.epilog = f"{sub.epilog} {note}" if sub.epilog else note
+
+
+def _attach_signed_values(argv: Sequence[str], options: set[str]) -> list[str]:
+    """'--dt', '-1/128' -> '--dt=-1/128' for options that take a number.
+
+    argparse reads a token that starts with '-' as an option unless it looks like a plain
+    negative number, so '--dt -1/128' would fail with "expected one argument" and the user
+    would never see what is wrong with the value. Joined with '=', the value reaches the
+    option (and its check) whatever it looks like. Tokens after '--' are left alone.
+    """
+    from gravpipe.runconfig import parse_number
+
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + list(argv[i:])
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if token in options and nxt is not None and nxt.startswith("-") and nxt not in options:
+            try:
+                parse_number(nxt)
+            except ValueError:
+                pass  # not a number: an option after all, argparse reports the missing value
+            else:
+                out.append(f"{token}={nxt}")
+                i += 2
+                continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from gravpipe import __version__
+
     parser = argparse.ArgumentParser(prog="gravpipe", description="Gravitational N-body engine in the GRAPE tradition.")
+    parser.add_argument("--version", action="version", version=f"gravpipe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("forces", help="forces on a particle set (default: an embedded Plummer sphere) with an accuracy check")
@@ -120,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--quick", action="store_true",
                     help="N = 20000, 100000, theta 0.6 0.8, repeat 1 (options given explicitly still apply)")
     bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    _document_numbers(parser)
     return parser
 
 
@@ -177,7 +239,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"Hermite largest step (default {defaults['dt_max']:g})")
     r.add_argument("--dt", type=_fraction_or_float, default=None, help=f"leapfrog step (default {defaults['dt']:g})")
     r.add_argument("--precision", choices=["mixed", "double"], default=None,
-                   help="default mixed (--gravity tree: mixed only, for now)")
+                   help="force arithmetic, default mixed (with --gravity tree: the tree's list kernels)")
     r.add_argument("--backend", default=None,
                    help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
@@ -186,18 +248,77 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # values of options taking several numbers (bench tree --theta 0.5 0.8) cannot be joined
+    number_options = {o for options in _number_options(parser, single=True).values() for o in options}
+    args = parser.parse_args(_attach_signed_values(argv, number_options))
     from gravpipe.backends import BackendUnavailableError
 
+    _warn_threads(getattr(args, "threads", None))
     try:
-        return COMMANDS[args.command](args)
-    except (UserError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError,
-            BackendUnavailableError) as exc:
+        code = COMMANDS[args.command](args)
+        # flushed here, not at interpreter exit, so that a closed pipe surfaces below
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (UserError, ValueError, BackendUnavailableError) as exc:
         print(f"gravpipe {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as exc:
+        if not _is_user_mistake(exc):
+            raise  # an I/O fault of the machine (EIO, ...), not a mistake: keep the traceback
+        print(f"gravpipe {args.command}: error: {_os_error_text(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print(f"gravpipe {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+# OSError numbers that a user can fix: a wrong or missing path, a file where a folder is
+# expected (or the reverse), permissions, a full or read-only disk.
+_USER_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTEMPTY}
+
+_USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _is_user_mistake(exc: OSError) -> bool:
+    # by type too: FileNotFoundError("message") raised by our own code carries no errno
+    return isinstance(exc, _USER_OS_ERRORS) or exc.errno in _USER_ERRNOS
+
+
+def _os_error_text(exc: OSError) -> str:
+    """One line for an OSError: "PATH: reason" when it names a file (as the OS's own
+    errors and gravpipe.io's write errors do), else its message without "[Errno N]"."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return reason
+    if exc.filename2 is not None:  # rename, link: both paths matter
+        return f"{exc.filename} -> {exc.filename2}: {reason}"
+    return f"{exc.filename}: {reason}"
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``gravpipe ... | head``). Python's documented way
+    (library/signal, "Note on SIGPIPE"): point stdout at devnull so that the flush at
+    interpreter exit cannot raise again, and end quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def _warn_threads(threads: int | None) -> None:
+    """One line on stderr when --threads asks for more threads than this process has cores:
+    it is allowed (the result does not depend on it) but only makes the run slower."""
+    if threads is None:
+        return
+    # the cores this process may run on (taskset, cpusets), not the machine's
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores is not None and threads > cores:
+        print(f"gravpipe: warning: --threads {threads} exceeds the {cores} cores this process may use; "
+              "threads beyond that share cores and make the run slower, not faster", file=sys.stderr)
 
 
 def _load_particles(path: str):
@@ -662,7 +783,7 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
     sim.evolve(t_end, snapshot_every=snap_every, checkpoint_every=ckpt_every, out=out, progress=progress,
                overwrite=overwrite)
     wall = time.perf_counter() - start
-    print(f"energy error (E - E0) / |E0| = {sim.energy_error():.3e} at t = {sim.time:g}")
+    print(f"energy error {sim.energy_error():.3e} at t = {sim.time:g} (relative: (E - E0) / |E0|, or / (|K0| + |W0|) when E0 = 0)")
     _print_breakdown(sim.timings, wall)
     if out is not None:
         _print_files(out)

@@ -6,7 +6,7 @@ in (``pot``, e.g. from the last force evaluation, which the integrators have any
 computed once with ``gravpipe.accel`` in double precision.
 
 Energy and momenta
-    kinetic_energy, potential_energy, energy (-> Energy), virial_ratio,
+    kinetic_energy, potential_energy, energy (-> Energy), relative_energy_error, virial_ratio,
     linear_momentum, angular_momentum, center_of_mass
 Structure
     lagrangian_radii, local_density, density_center, core_radius
@@ -82,6 +82,28 @@ def energy(p: Particles, eps: float, G: float = 1.0, pot: ArrayLike | None = Non
     k = kinetic_energy(p)
     w = potential_energy(p, eps, G, pot)
     return Energy(kinetic=k, potential=w, total=k + w)
+
+
+def relative_energy_error(energy: Energy, energy0: Energy) -> float:
+    """Relative energy error of ``energy`` against the start of a run, ``energy0``
+    (dimensionless).
+
+    (E - E0) / |E0| when E0 != 0, the usual measure, and (E - E0) / (|K0| + |W0|) when
+    E0 is exactly 0 (a marginally bound system, such as a parabolic pair), where the first
+    is undefined. |K0| + |W0| is the energy scale the error is made against in either case
+    (for a virialized model it is 3 |E0|), and the switch happens only at E0 == 0 exactly,
+    so every run with E0 != 0 keeps the familiar (E - E0) / |E0|.
+
+    Raises ``ValueError`` when K0 = W0 = 0 (no motion and no interacting mass: a single
+    particle at rest, say), where no energy scale exists.
+    """
+    if energy0.total != 0:
+        return (energy.total - energy0.total) / abs(energy0.total)
+    scale = abs(energy0.kinetic) + abs(energy0.potential)
+    if not scale > 0:
+        raise ValueError("energy0: kinetic and potential energy are both 0 (no mass or motion, e.g. one "
+                         "particle at rest), so the relative energy error has no scale")
+    return (energy.total - energy0.total) / scale
 
 
 def virial_ratio(p: Particles, eps: float, G: float = 1.0, pot: ArrayLike | None = None) -> float:

@@ -3,9 +3,9 @@
     from gravpipe import plot
     paths = plot.plot_run("run1/")     # run1/energy_error.png, lagrangian_radii.png, time_breakdown.png
 
-matplotlib is an optional dependency (``pip install "gravpipe[plot]"``); it is imported
-only when a plot is drawn, and figures are rendered with the Agg backend (no display
-needed). ``MissingMatplotlib`` (an ImportError) says what to install.
+matplotlib is a dependency of gravpipe, imported only when a plot is drawn; figures are
+rendered with the Agg backend (no display needed). Should the import fail anyway (a broken
+environment), ``MissingMatplotlib`` (an ImportError) says why and what to reinstall.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ DIAGNOSTICS_FILE = "diagnostics.csv"
 PLOT_FILES = ("energy_error.png", "lagrangian_radii.png", "time_breakdown.png")
 _PHASES = ("host", "transfer", "compute")
 _REQUIRED = ("time", "energy_error")
-INSTALL_HINT = 'matplotlib is not installed; install it with: pip install "gravpipe[plot]"'
+INSTALL_HINT = "reinstall it with: pip install matplotlib"
 
 
 class MissingMatplotlib(ImportError):
-    """matplotlib (the ``plot`` extra) is not installed."""
+    """matplotlib, a dependency of gravpipe, cannot be imported."""
 
 
 def read_diagnostics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -79,8 +79,9 @@ def phase_seconds(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _import_matplotlib() -> Any:
     try:
         import matplotlib
-    except ImportError:
-        raise MissingMatplotlib(INSTALL_HINT) from None
+    except ImportError as exc:
+        raise MissingMatplotlib(f"matplotlib (a dependency of gravpipe) cannot be imported ({exc}); "
+                                f"{INSTALL_HINT}") from None
     matplotlib.use("Agg")  # files only, never a window
     from matplotlib.figure import Figure
 
@@ -113,7 +114,9 @@ def _energy_error(ax: Any, cols: dict[str, np.ndarray]) -> None:
     shown = de > 0  # the first row is exactly zero; a log axis cannot show it
     ax.semilogy(t[shown], de[shown], marker=".", lw=1)
     ax.set_xlabel("time [N-body units]")
-    ax.set_ylabel(r"$|E - E_0| \,/\, |E_0|$")
+    # diagnostics.relative_energy_error: a run that starts at E0 = 0 is measured against |K0| + |W0|
+    starts_at_zero = "total" in cols and cols["total"][0] == 0
+    ax.set_ylabel(r"$|E - E_0| \,/\, (|K_0| + |W_0|)$" if starts_at_zero else r"$|E - E_0| \,/\, |E_0|$")
     ax.set_title("relative energy error")
     ax.grid(True, which="both", alpha=0.3)
 

@@ -84,10 +84,21 @@ class RunConfig:
     precision: str
     threads: int | None
     t0: float
-    energy0: float
+    energy0: float  # total energy at t0
     evolve: dict[str, Any] = field(default_factory=dict)  # t_end, cadences, out of the last evolve
     theta: float | None = None  # opening angle of gravity="tree"
     outputs: dict[str, int] = field(default_factory=dict)  # files written so far: snapshot, checkpoint
+    # K and W at t0, the scale of the energy error when energy0 == 0 (None in checkpoints
+    # written before they were stored, which all have energy0 != 0: such runs could not start)
+    kinetic0: float | None = None
+    potential0: float | None = None
+
+    def initial_energy(self) -> diagnostics.Energy:
+        """The energy at t0 (K and W are NaN for checkpoints that did not store them)."""
+        nan = float("nan")
+        return diagnostics.Energy(kinetic=nan if self.kinetic0 is None else self.kinetic0,
+                                  potential=nan if self.potential0 is None else self.potential0,
+                                  total=self.energy0)
 
 
 class Simulation:
@@ -151,9 +162,10 @@ class Simulation:
         self._ids = np.array(particles.id)
         self._run_dir: Path | None = None  # the run directory this run writes to
         if restart is None:
-            energy0 = diagnostics.energy(particles, eps, G, pot=self._diagnostic_pot(particles, eps, G)).total
+            energy0 = diagnostics.energy(particles, eps, G, pot=self._diagnostic_pot(particles, eps, G))
             self.config = RunConfig(kind.name, spec.name, params, eps, float(G), backend, precision, threads,
-                                    float(t0), energy0, theta=gparams.get("theta"))
+                                    float(t0), energy0.total, theta=gparams.get("theta"),
+                                    kinetic0=energy0.kinetic, potential0=energy0.potential)
             state, self.history = None, []
         else:
             self.config, state, self.history = restart
@@ -221,9 +233,10 @@ class Simulation:
         return self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G)
 
     def energy_error(self) -> float:
-        """(E - E0) / |E0| relative to the energy at the start of the run. With several MPI
-        ranks this (like :meth:`energy`) is collective: call it on every rank."""
-        return (self.energy().total - self.config.energy0) / abs(self.config.energy0)
+        """Relative energy error against the start of the run: (E - E0) / |E0|, or
+        (E - E0) / (|K0| + |W0|) when E0 == 0 (``diagnostics.relative_energy_error``).
+        With several MPI ranks this (like :meth:`energy`) is collective: call it on every rank."""
+        return diagnostics.relative_energy_error(self.energy(), self.config.initial_energy())
 
     def _raw_timings(self) -> Timings:
         c = self._core.counters()
@@ -361,7 +374,7 @@ class Simulation:
         radii = diagnostics.lagrangian_radii(p, LAGRANGIAN_FRACTIONS)
         t = self.timings
         row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
-               "energy_error": (e.total - self.config.energy0) / abs(self.config.energy0),
+               "energy_error": diagnostics.relative_energy_error(e, self.config.initial_energy()),
                "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
         row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
         steps0, psteps0 = self._steps_before

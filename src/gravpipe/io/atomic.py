@@ -47,21 +47,73 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     On an exception in the body (or a failure while syncing or renaming) the temporary
     file is removed and the exception propagates; ``path`` is left as it was.
 
-    Raises ``FileNotFoundError`` if the body created no file, and whatever ``os.replace``
-    raises (e.g. ``IsADirectoryError`` when ``path`` is a directory).
+    Errors of the file system name ``path`` (never the temporary name) and the reason, as
+    an ``OSError`` with the errno of the cause, so of the matching subclass:
+    ``FileNotFoundError`` (the folder does not exist), ``NotADirectoryError``,
+    ``PermissionError``, ``IsADirectoryError`` (``path`` is a folder), ``OSError`` with
+    ``ENOSPC`` (disk full), ``EROFS``, ... ``.filename`` is ``path``. They are found
+    before the body runs where possible: a probe file is created and removed first.
+    Raises ``FileNotFoundError`` also when the body created no file.
     """
     final = Path(path)
     tmp = temporary_name(final)
+    _probe(tmp, final)
     try:
         yield tmp
         if not tmp.is_file():
             raise FileNotFoundError(f"atomic write of {final}: the writer created no file at {tmp}")
         _fsync_file(tmp)
         os.replace(tmp, final)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        if not _about_target(exc, tmp, final):
+            raise
+        raise _write_error(final, exc.errno) from exc
     except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
         _remove_quietly(tmp)
         raise
     _fsync_directory(final.parent)
+
+
+def _write_error(final: Path, code: int) -> OSError:
+    """An OSError for a failed write of ``final``: errno ``code`` (so ``OSError`` picks the
+    subclass), a reason in words naming the folder where that helps, ``filename=final``."""
+    folder = final.parent
+    reasons = {
+        errno.ENOENT: f"cannot write: folder {folder} does not exist",
+        errno.ENOTDIR: f"cannot write: {folder} is not a folder (a part of it is a file)",
+        errno.EACCES: f"cannot write: permission denied in folder {folder}",
+        errno.EPERM: f"cannot write: not permitted in folder {folder}",
+        errno.EROFS: f"cannot write: folder {folder} is on a read-only file system",
+        errno.ENOSPC: "cannot write: disk full (no space left on device)",
+        errno.EDQUOT: "cannot write: disk quota exceeded",
+        errno.EISDIR: "cannot write: it is a folder",
+        errno.ENAMETOOLONG: "cannot write: file name too long",
+    }
+    return OSError(code, reasons.get(code, f"cannot write: {os.strerror(code)}"), str(final))
+
+
+def _probe(tmp: Path, final: Path) -> None:
+    """Create and remove ``tmp``: a missing folder, missing permission or a read-only or
+    full file system shows up here as the OS reports it, before any data are produced,
+    rather than as a library's message about the temporary name (h5py's, say)."""
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise _write_error(final, exc.errno) from exc
+    os.close(fd)
+    os.unlink(tmp)
+    if final.is_dir():  # os.replace would fail only after all the writing
+        raise _write_error(final, errno.EISDIR)
+
+
+def _about_target(exc: OSError, tmp: Path, final: Path) -> bool:
+    """Whether an OSError from writing concerns our file (and not, say, a file the body
+    reads): a known errno and no file name, or the temporary or the final name."""
+    if exc.errno is None:
+        return False
+    names = {None, os.fspath(tmp), os.fspath(final)}
+    return all((name if name is None else os.fspath(name)) in names for name in (exc.filename, exc.filename2))
 
 
 @contextmanager

@@ -26,6 +26,7 @@ Conventions
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import math
 import os
 import sys
@@ -173,6 +174,10 @@ def write_snapshot(
         ``particles`` is not a ``Particles``.
     ValueError
         Any invalid argument; raised before anything is written.
+    OSError
+        The file cannot be written; the message names ``path`` and the reason, the errno
+        is the cause's (``FileNotFoundError``: the folder does not exist,
+        ``PermissionError``, ``ENOSPC``: disk full, ...; see ``atomic.atomic_path``).
     """
     if not isinstance(particles, Particles):
         raise TypeError(f"particles: expected gravpipe.Particles, got {type(particles).__name__}")
@@ -407,6 +412,8 @@ def read_snapshot(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PAR
     ------
     FileNotFoundError
         No file at ``path``.
+    PermissionError (an OSError)
+        The file cannot be read; the message names ``path``.
     SnapshotError (a ValueError)
         Not HDF5, no ``/Header``, no such ``PartType`` group, a required dataset missing
         (Coordinates, Velocities, ParticleIDs; Masses unless MassTable gives them), a
@@ -440,6 +447,11 @@ def _existing_file(path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"snapshot file not found: {p}")
     if p.is_dir():
         raise SnapshotError(f"{p}: is a directory, not a snapshot file")
+    try:  # the OS's reason (permission denied, ...) rather than h5py's words on it
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read: {exc.strerror}", str(p)) from exc
     return p
 
 
@@ -655,15 +667,56 @@ def _describe_lines(f: h5py.File, path: Path) -> list[str]:
     own = "gravpipe_format_version" in params  # else the units are the other code's
     for name in sorted((k for k in f.keys() if k.startswith("PartType")), key=_part_type_sort_key):
         lines += _describe_group(f[name], name, numpart, mass_table, own)
-    lines.append(f"  parameters ({len(params)}):" if params else "  parameters: none")
-    rows = [(key, repr(value), STANDARD_PARAMETERS.get(key, "")) for key, value in params.items()]
-    kw = max((len(r[0]) for r in rows), default=0)
-    vw = max((len(r[1]) for r in rows), default=0)
-    for key, value, note in rows:
-        lines.append(f"    {key:<{kw}} = {value:<{vw}}  {note}".rstrip())
+    lines += _describe_parameters(params)
     if INTEGRATOR_GROUP in f:
         lines += _describe_integrator(f[INTEGRATOR_GROUP])
     return lines
+
+
+# Values up to this many characters are padded to a common column so that the notes line
+# up; longer ones (paths, long strings) are not, so one of them cannot widen every line.
+_DESCRIBE_PAD_LIMIT = 24
+
+
+def _describe_parameters(params: dict[str, Any]) -> list[str]:
+    """``key = value  note`` lines; a parameter holding a JSON object (Simulation's
+    ``run_config``) is unfolded into one ``key = value`` line per entry below it."""
+    if not params:
+        return ["  parameters: none"]
+    lines = [f"  parameters ({len(params)}):"]
+    kw = max(len(key) for key in params)
+    vw = max((len(repr(v)) for v in params.values() if len(repr(v)) <= _DESCRIBE_PAD_LIMIT), default=0)
+    for key, value in params.items():
+        unfolded = _json_object(value)
+        if unfolded is None:
+            lines.append(f"    {key:<{kw}} = {repr(value):<{vw}}  {STANDARD_PARAMETERS.get(key, '')}".rstrip())
+            continue
+        lines.append(f"    {key} (JSON):")
+        entries = _flatten(unfolded)
+        ew = max((len(k) for k, _ in entries), default=0)
+        lines += [f"      {k:<{ew}} = {v!r}" for k, v in entries]
+    return lines
+
+
+def _json_object(value: object) -> dict[str, Any] | None:
+    if not (isinstance(value, str) and value.startswith("{")):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """[("params.eta", 0.02), ...]: nested objects as dotted keys, an empty one as {}."""
+    entries: list[tuple[str, Any]] = []
+    for key, value in obj.items():
+        if isinstance(value, dict) and value:
+            entries += _flatten(value, f"{prefix}{key}.")
+        else:
+            entries.append((f"{prefix}{key}", value))
+    return entries
 
 
 def _part_type_sort_key(name: str) -> tuple[int, str]:
@@ -702,8 +755,9 @@ def _describe_integrator(group: Any) -> list[str]:
         return [f"  /{INTEGRATOR_GROUP}: (not a group)"]
     datasets = [(k, v) for k, v in group.items() if isinstance(v, h5py.Dataset)]
     lines = [f"  integrator state: {len(datasets)} arrays, {len(group.attrs)} scalars"]
+    kw = max((len(key) for key, _ in datasets), default=0)
     for key, ds in datasets:
-        lines.append(f"    {key}  {ds.dtype}  {ds.shape}")
+        lines.append(f"    {key:<{kw}}  {str(ds.dtype):<8} {ds.shape}")
     for key, value in _attrs_to_dict(group.attrs).items():
         lines.append(f"    {key} = {value!r}")
     return lines
