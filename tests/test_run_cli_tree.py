@@ -44,7 +44,7 @@ def test_tree_run_writes_snapshot_diagnostics_and_checkpoint(capsys, tmp_path, m
     assert snap.time == 0.25 and snap.particles.n == 1000
     assert snap.parameters["gravity"] == "tree" and snap.parameters["integrator"] == "leapfrog"
     rows = list(csv.DictReader((out / "diagnostics.csv").open()))
-    assert float(rows[-1]["time"]) == 0.25 and len(rows) > 2
+    assert float(rows[-1]["time"]) == 0.25 and len(rows) >= 2  # t0, t_end (rows: <= ~5% of the work)
     assert max(abs(float(r["energy_error"])) for r in rows) < 1e-4
     config = run_config(out / "checkpoint_0001.h5")
     assert config["gravity"] == "tree" and config["theta"] == 0.6 and config["integrator"] == "leapfrog"
