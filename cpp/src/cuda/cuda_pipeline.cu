@@ -84,7 +84,7 @@ void check_eps_G(double eps, double G) {
 CudaPipeline::CudaPipeline(Precision precision, double eps, double G, int device)
     : precision_(precision), eps_(eps), G_(G), dev_(std::make_unique<DeviceState>()) {
   check_eps_G(eps, G);
-  GP_CUDA_CHECK(cudaSetDevice(device));
+  select_device(device);
   cudaDeviceProp prop{};
   GP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   dev_->multiprocessors = prop.multiProcessorCount;
