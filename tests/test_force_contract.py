@@ -1,5 +1,9 @@
 """The contract every force provider keeps, and the errors the core raises.
 
+- Every provider (the CPU pipeline in both precisions, the tree, the tree's force provider,
+  the CUDA pipeline's constructor here and all of it in test_cuda.py), through the Python
+  front end and as the core class an integrator calls, refuses the same bad request with the
+  same ValueError text (the cases are in contract_cases.py).
 - The core's typed errors reach Python as the classes they stand for: a missing backend or
   instruction set as ``gravpipe.BackendUnavailableError``, an integration that cannot go on
   as ``gravpipe.IntegrationError`` naming the particle and the time.
@@ -11,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from contract_cases import CASES, POS, POS_I, Adapter, CorePipeline, CoreTree, CoreTreeProvider, PythonPipeline, PythonTree
 
 import gravpipe as gp
 from gravpipe import _core
@@ -19,6 +24,55 @@ from gravpipe.simulation import Simulation
 
 KNOWN_ISAS = ("avx2", "generic")  # names this build's kernels know (gravpipe/cpu_features.hpp)
 HERMITE = {"eta": 0.02, "eta_s": 0.01, "dt_max": 0.125}
+
+
+# --------------------------------------------------------------------------------------
+# one contract, one text
+
+
+class BuildOnly(Adapter):
+    """A provider whose constructor runs here but whose calls need a device."""
+
+    forces = set_j = None
+
+    def __init__(self, name, build):
+        self.name, self.build = name, build
+
+
+ADAPTERS = [
+    PythonPipeline("cpu", "mixed"), PythonPipeline("cpu", "double"),
+    CorePipeline("core CpuPipeline(mixed)", lambda eps, G: _core.CpuPipeline("mixed", eps, G)),
+    CorePipeline("core CpuPipeline(double)", lambda eps, G: _core.CpuPipeline("double", eps, G)),
+    PythonTree(), CoreTree(), CoreTreeProvider(),
+    # the Python layer checks eps and G before it looks for the backend
+    BuildOnly("Pipeline(cuda)", lambda eps, G: gp.Pipeline("cuda", eps=eps, G=G)),
+]
+if hasattr(_core, "CudaPipeline"):  # the constructor checks eps and G before the device
+    ADAPTERS.append(BuildOnly("core CudaPipeline", lambda eps, G: _core.CudaPipeline("mixed", eps, G, 0)))
+PAIRS = [(a, c) for a in ADAPTERS for c in CASES if c.applies_to(a)]
+
+
+@pytest.mark.parametrize("adapter, case", PAIRS, ids=[f"{a.name}: {c.name}" for a, c in PAIRS])
+def test_every_provider_refuses_the_same_way(adapter, case):
+    case.check(adapter)
+
+
+def test_every_case_reaches_a_core_class_and_a_front_end():
+    for case in CASES:
+        names = [a.name for a in ADAPTERS if case.applies_to(a)]
+        assert any(n.startswith("core") for n in names) and any(not n.startswith("core") for n in names), case.name
+
+
+def test_the_contract_accepts_the_edges():
+    """eps = 0, kNoExclusion everywhere, a single i-particle."""
+    for precision in ("mixed", "double"):
+        pipe = _core.CpuPipeline(precision, 0.0, 1.0)
+        pipe.set_j(POS, np.ones(len(POS)), None)
+        acc, pot = np.empty((1, 3)), np.empty(1)
+        pipe.forces(POS_I[:1], None, np.array([-1]), acc, pot, None)
+        assert np.isfinite(acc).all() and np.isfinite(pot).all()
+    tree = _core.Tree(POS, np.ones(len(POS)), 0.0, 1.0, 0.6, True, 0.0, 16, 256, 0.0, 0, "mixed", True)
+    tree.forces_at(POS_I[:1], np.array([-1]), np.empty((1, 3)), np.empty(1))
 
 
 # --------------------------------------------------------------------------------------

@@ -265,7 +265,8 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 
 // ---- the tree ------------------------------------------------------------------------------
 
-/// A tree over one set of source particles. Throws InputError for bad parameters.
+/// A tree over one set of source particles. Throws InputError for bad parameters or a
+/// request that breaks the providers' contract (force_request_check.hpp).
 class Tree {
  public:
   Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params);
@@ -322,6 +323,7 @@ class TreeForceProvider final : public ForceProvider {
  private:
   TreeParams params_;
   std::vector<double> pos_, mass_;
+  bool has_vel_ = false;       // whether set_j was given velocities (update_j must match)
   std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
   std::unique_ptr<Tree> tree_;
   PipelineStats stats_;

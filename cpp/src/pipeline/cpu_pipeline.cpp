@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/kernel.hpp"
 #include "gravpipe/morton.hpp"
@@ -41,17 +42,14 @@ std::string precision_name(Precision p) { return p == Precision::Mixed ? "mixed"
 CpuPipeline::CpuPipeline(Precision precision, double eps, double G, const std::string& isa,
                          int threads)
     : precision_(precision), isa_(resolve_isa(isa)), eps_(eps), G_(G) {
-  if (!std::isfinite(eps) || eps < 0) throw InputError("eps: must be finite and >= 0");
-  if (!std::isfinite(G)) throw InputError("G: must be finite");
+  check_eps(eps);
+  check_G(G);
   threads_ = threads > 0 ? threads : omp_get_max_threads();
 }
 
 void CpuPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::size_t n = mass.size();
-  if (pos.size() != 3 * n) throw InputError("set_j: pos and mass have different lengths");
-  if (!vel.empty() && vel.size() != 3 * n)
-    throw InputError("set_j: vel and mass have different lengths");
+  const std::size_t n = check_j_set(pos, mass, vel);
   if (precision_ == Precision::Mixed && n > static_cast<std::size_t>(INT32_MAX))
     throw InputError("set_j: mixed precision holds at most 2^31-1 j-particles");
   const auto t0 = Clock::now();
@@ -171,9 +169,7 @@ void CpuPipeline::count_j_write(Clock::time_point t0) {
 
 void CpuPipeline::update_j(Span<const double> pos, Span<const double> vel) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (pos.size() != 3 * n_j_) throw InputError("update_j: pos must hold the current n_j particles");
-  if (vel.empty() != !has_j_vel_ || (!vel.empty() && vel.size() != 3 * n_j_))
-    throw InputError("update_j: vel must match the j-set written by set_j");
+  check_j_update(pos, vel, n_j_, has_j_vel_);
   const auto t0 = Clock::now();
   const Span<const double> mass(j_mass_.data(), j_mass_.size());
   if (precision_ == Precision::Mixed)
@@ -331,21 +327,8 @@ void CpuPipeline::read_results(const ForceRequest& req) {
 
 void CpuPipeline::forces(const ForceRequest& req) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::size_t n = req.pot.size();
+  const std::size_t n = check_force_request(req, n_j_, has_j_vel_);
   const bool with_jerk = !req.vel_i.empty();
-  if (req.pos_i.size() != 3 * n || req.acc.size() != 3 * n)
-    throw InputError("forces: pos_i, acc and pot have inconsistent lengths");
-  if (with_jerk && (req.vel_i.size() != 3 * n || req.jerk.size() != 3 * n))
-    throw InputError("forces: vel_i and jerk must have the length of pos_i");
-  if (with_jerk && !has_j_vel_)
-    throw InputError("forces: jerk needs j-particle velocities (call set_j with vel)");
-  if (!req.exclude.empty()) {
-    if (req.exclude.size() != n) throw InputError("exclude: must have one entry per i-particle");
-    for (std::size_t k = 0; k < n; ++k)
-      if (req.exclude[k] < -1 || req.exclude[k] >= static_cast<std::int64_t>(n_j_))
-        throw InputError("exclude: index " + std::to_string(req.exclude[k]) + " at position " +
-                         std::to_string(k) + " is outside [-1, n_j)");
-  }
   const std::size_t n_padded = padded(n);
 
   auto t0 = Clock::now();

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/tree.hpp"
 #include "tree_local.hpp"
@@ -23,8 +23,8 @@ namespace {
 
 void check_params(const TreeParams& p) {
   auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
-  if (!finite_nonneg(p.eps)) throw InputError("eps: must be finite and >= 0");
-  if (!(std::isfinite(p.G) && p.G > 0)) throw InputError("G: must be finite and > 0");
+  check_eps(p.eps);
+  check_G(p.G);
   if (!(std::isfinite(p.theta) && p.theta > 0)) throw InputError("theta: must be finite and > 0");
   if (!(std::isfinite(p.quad_tol) && p.quad_tol >= 0)) throw InputError("quad_tol: must be finite and >= 0");
   if (p.n_leaf < 1) throw InputError("n_leaf: must be >= 1");
@@ -138,9 +138,7 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(available_isas().front()) {
   check_params(params_);
-  const std::size_t n = mass.size();
-  if (n == 0) throw InputError("tree: empty particle set");
-  if (pos.size() != 3 * n) throw InputError("tree: pos and mass have different lengths");
+  const std::size_t n = check_j_set(pos, mass, {});
 
   auto t0 = Clock::now();
   frame_ = key_frame(pos, threads_);
@@ -208,14 +206,7 @@ void Tree::self_forces(Span<double> acc, Span<double> pot) {
 
 void Tree::forces_at(Span<const double> pos_i, Span<const std::int64_t> exclude, Span<double> acc,
                      Span<double> pot) {
-  const std::size_t ni = pos_i.size() / 3;
-  if (pos_i.size() != 3 * ni || ni == 0) throw InputError("pos_i: expected a non-empty (n,3) array");
-  if (acc.size() != 3 * ni || pot.size() != ni) throw InputError("forces_at: output sizes differ from pos_i");
-  if (!exclude.empty() && exclude.size() != ni) throw InputError("exclude: length differs from pos_i");
-  for (std::size_t k = 0; k < exclude.size(); ++k)
-    if (exclude[k] < -1 || exclude[k] >= static_cast<std::int64_t>(size()))
-      throw InputError("exclude: index " + std::to_string(exclude[k]) + " at position " +
-                       std::to_string(k) + " is outside [-1, n)");
+  const std::size_t ni = check_force_request({pos_i, {}, exclude, acc, pot, {}}, size(), false);
   const auto t0 = Clock::now();
   // the i-set in curve order (in the tree's frame), cut into groups of n_crit
   std::vector<std::uint64_t> keys = curve_keys(pos_i, frame_, threads_);
@@ -352,7 +343,9 @@ TreeForceProvider::TreeForceProvider(const TreeParams& params) : params_(params)
   check_params(params_);
 }
 
-void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, Span<const double>) {
+void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
+  check_j_set(pos, mass, vel);  // velocities are checked, then unused: the tree computes no jerk
+  has_vel_ = !vel.empty();
   const auto t0 = Clock::now();
   pos_.assign(pos.begin(), pos.end());
   mass_.assign(mass.begin(), mass.end());
@@ -365,15 +358,15 @@ void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, S
 }
 
 void TreeForceProvider::update_j(Span<const double> pos, Span<const double> vel) {
-  if (pos.size() != pos_.size()) throw InputError("update_j: the particle count changed");
+  check_j_update(pos, vel, mass_.size(), has_vel_);
   set_j(pos, {mass_.data(), mass_.size()}, vel);
 }
 
 void TreeForceProvider::forces(const ForceRequest& req) {
-  if (!tree_) throw InputError("forces: no j-particles; call set_j first");
   if (!req.vel_i.empty()) throw InputError("tree forces: jerk is not available from the treecode");
+  const std::size_t ni = check_force_request(req, mass_.size(), false);
   const auto t0 = Clock::now();
-  const std::size_t ni = req.pos_i.size() / 3, n = mass_.size();
+  const std::size_t n = mass_.size();
   // self-gravity: the j-set itself with every particle excluding itself
   bool self = ni == n && req.exclude.size() == n &&
               std::memcmp(req.pos_i.data(), pos_.data(), 3 * n * sizeof(double)) == 0;
