@@ -80,7 +80,7 @@ void LeapfrogIntegrator::step() {
     s_.pos[k] += dt * s_.vel[k];
   }
   compute_forces();
-  check_forces(t0_ + static_cast<double>(steps_ + 1) * dt);
+  check_forces(time() + dt);  // the end of this step (steps_ counts it only below)
 #pragma omp parallel for schedule(static) if (m >= kMinParallel)
   for (std::int64_t k = 0; k < m; ++k) s_.vel[k] += h * acc_[k];
   steps_ += 1;
