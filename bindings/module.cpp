@@ -44,6 +44,7 @@ void translate_core_errors(const std::exception_ptr& p, void*) {
 void bind_pipeline(nb::module_& m);
 void bind_integrate(nb::module_& m);
 void bind_tree(nb::module_& m);
+void bind_curve(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
@@ -69,6 +70,7 @@ NB_MODULE(_core, m) {
   bind_pipeline(m);
   bind_integrate(m);
   bind_tree(m);
+  bind_curve(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

@@ -58,7 +58,7 @@ class CpuPipeline final : public ForceProvider {
   void fill_j_mixed(Span<const double> pos, Span<const double> mass, Span<const double> vel);
   void write_j_double(Span<const double> pos, Span<const double> mass, Span<const double> vel);
 
-  std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in Morton order
+  std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in curve order (curve_order.hpp)
   std::vector<JVelMixed> j_vel_mixed_;
   std::vector<JRelMixed> j_rel_mixed_;
   std::vector<JVelRelMixed> j_vel_rel_mixed_;

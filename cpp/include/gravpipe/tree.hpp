@@ -5,8 +5,7 @@
 // interaction (pair_interaction.hpp).
 //
 // The pieces are separate functions over plain data, one file each in cpp/src/tree/:
-//   tree_keys.cpp      keys and curve order (parallel radix sort)
-//   tree_build.cpp     octree from the sorted keys
+//   tree_build.cpp     octree from the sorted keys (keys and their order: curve_order.hpp)
 //   tree_moments.cpp   mass, centre of mass, bounding box, quadrupole, opening radius
 //   tree_walk.cpp      groups, MAC, interaction lists, walks shared by runs of groups
 //   tree_evaluate.cpp  list evaluation (SIMD lanes over the group's i-particles)
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
+#include "gravpipe/curve_order.hpp"
 #include "gravpipe/force_provider.hpp"
 #include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
@@ -75,20 +75,6 @@ struct SourceView {
   Span<const double> x, y, z, m;
   std::size_t size() const { return m.size(); }
 };
-
-// ---- keys and ordering (tree_keys.cpp) ---------------------------------------------------
-
-/// The cube that maps positions onto the 2^21 grid of each axis.
-struct KeyFrame {
-  double lo[3] = {0, 0, 0};
-  double scale = 0;  // grid cells per length unit
-};
-KeyFrame key_frame(Span<const double> pos, int threads);
-/// Morton key of each position (3n row-major); positions outside the frame are clamped.
-std::vector<std::uint64_t> curve_keys(Span<const double> pos, const KeyFrame& f, int threads);
-/// The permutation that sorts keys ascending (ties by index: deterministic), and the keys
-/// in that order. A parallel LSD radix sort (stable, so the same for any thread count).
-std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threads);
 
 // ---- octree (tree_build.cpp) -------------------------------------------------------------
 
@@ -299,7 +285,7 @@ class Tree {
   TreeParams params_;
   int threads_;
   Isa isa_;
-  KeyFrame frame_;
+  CurveBox frame_;                    // the sources' cube: forces_at sorts its points in it too
   std::vector<std::int64_t> order_;   // curve position -> caller index
   std::vector<std::int64_t> rank_;    // caller index -> curve position
   std::vector<double> x_, y_, z_, m_;  // sources in curve order

@@ -12,7 +12,7 @@
 #include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/kernel.hpp"
-#include "gravpipe/morton.hpp"
+#include "gravpipe/curve_order.hpp"
 
 namespace gravpipe {
 
@@ -92,7 +92,7 @@ void box_of(Span<const double> a, const std::vector<std::int64_t>& order, std::s
 void CpuPipeline::write_j_mixed(Span<const double> pos, Span<const double> mass,
                                 Span<const double> vel) {
   const std::size_t n = mass.size();
-  j_order_ = morton_order(pos);
+  j_order_ = curve_order(pos, threads_);
   j_slot_of_.resize(n);
   for (std::size_t s = 0; s < n; ++s) j_slot_of_[j_order_[s]] = static_cast<std::int64_t>(s);
   fill_j_mixed(pos, mass, vel);
@@ -187,10 +187,10 @@ void CpuPipeline::write_i(const ForceRequest& req, std::size_t n_padded) {
   const std::size_t n = req.pot.size();
   const bool with_vel = !req.vel_i.empty();
   const bool mixed = precision_ == Precision::Mixed;
-  // Mixed mode puts i-particles in Morton order too: an i-vector is then compact in space
+  // Mixed mode puts i-particles in curve order too: an i-vector is then compact in space
   // and far from most tiles, which is what lets those tiles take the fast path.
-  if (mixed) i_order_ = morton_order(req.pos_i);
-  // Exclusions name user j indices; the mixed j-memory is in Morton order.
+  if (mixed) i_order_ = curve_order(req.pos_i, threads_);
+  // Exclusions name user j indices; the mixed j-memory is in curve order.
   const auto exclude_at = [&](std::size_t k) -> std::int64_t {
     const std::int64_t e = (k < n && !req.exclude.empty()) ? req.exclude[i_row(k)] : -1;
     return (e >= 0 && mixed) ? j_slot_of_[e] : e;

@@ -141,9 +141,9 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   const std::size_t n = check_j_set(pos, mass, {});
 
   auto t0 = Clock::now();
-  frame_ = key_frame(pos, threads_);
+  frame_ = bounding_cube(pos, threads_);
   std::vector<std::uint64_t> keys = curve_keys(pos, frame_, threads_);
-  order_ = curve_sort(keys, threads_);
+  order_ = sort_keys(keys, threads_);
   rank_.resize(n);
   for (auto* v : {&x_, &y_, &z_, &m_}) v->resize(n);
   const auto sn = static_cast<std::int64_t>(n);
@@ -210,7 +210,7 @@ void Tree::forces_at(Span<const double> pos_i, Span<const std::int64_t> exclude,
   const auto t0 = Clock::now();
   // the i-set in curve order (in the tree's frame), cut into groups of n_crit
   std::vector<std::uint64_t> keys = curve_keys(pos_i, frame_, threads_);
-  std::vector<std::int64_t> order = curve_sort(keys, threads_);
+  std::vector<std::int64_t> order = sort_keys(keys, threads_);
   std::vector<double> x(ni), y(ni), z(ni), unused(ni, 0.0);
   std::vector<std::int64_t> ex(ni, -1);
   for (std::size_t k = 0; k < ni; ++k) {
