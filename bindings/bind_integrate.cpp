@@ -18,7 +18,7 @@ using namespace gravpipe;
 
 namespace {
 
-using bindings::CScalars, bindings::CVec3;
+using bindings::CScalars, bindings::CVec3, bindings::to_numpy;
 using CF64 = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CI64 = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
@@ -28,14 +28,6 @@ ParticleState state_from(CVec3 pos, CVec3 vel, CScalars mass) {
   s.vel.assign(vel.data(), vel.data() + vel.size());
   s.mass.assign(mass.data(), mass.data() + mass.size());
   return s;
-}
-
-/// A numpy array owning a copy of v, with the given shape.
-template <class T>
-nb::object to_numpy(const std::vector<T>& v, std::initializer_list<std::size_t> shape) {
-  auto* owned = new std::vector<T>(v);
-  nb::capsule deleter(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), deleter));
 }
 
 CheckpointState restart_from(nb::dict f64, std::optional<nb::dict> i64) {

@@ -10,26 +10,50 @@
 
 namespace nb = nanobind;
 
+namespace {
+
+/// Raise gravpipe.errors.<name>(message, extra...). The class is looked up when raised, not
+/// at import: gravpipe.errors imports nothing from the core, but the core loads first.
+template <class... Extra>
+void raise_python_error(const char* name, const char* message, const Extra&... extra) {
+  try {
+    const nb::object cls = nb::module_::import_("gravpipe.errors").attr(name);
+    PyErr_SetObject(cls.ptr(), cls(message, extra...).ptr());
+  } catch (const nb::python_error&) {
+    PyErr_SetString(PyExc_RuntimeError, message);  // the package is broken; keep the text
+  }
+}
+
+/// The core's typed errors (gravpipe/error.hpp) as the Python exceptions they stand for.
+void translate_core_errors(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const gravpipe::InputError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const gravpipe::BackendError& e) {
+    raise_python_error("BackendUnavailableError", e.what());
+  } catch (const gravpipe::IntegrationError& e) {
+    raise_python_error("IntegrationError", e.what(), e.particle(), e.time());
+  } catch (const gravpipe::DeviceError& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+}
+
+}  // namespace
+
 void bind_pipeline(nb::module_& m);
 void bind_integrate(nb::module_& m);
 void bind_tree(nb::module_& m);
 void bind_defaults(nb::module_& m);
 void bind_parallel(nb::module_& m);
+void bind_curve(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
 
 NB_MODULE(_core, m) {
   m.doc() = "gravpipe C++ core";
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const gravpipe::InputError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const gravpipe::BackendError& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-  });
+  nb::register_exception_translator(&translate_core_errors);
 
   m.def("available_isas", [] {
     std::vector<std::string> names;
@@ -55,6 +79,7 @@ NB_MODULE(_core, m) {
   bind_tree(m);
   bind_defaults(m);
   bind_parallel(m);
+  bind_curve(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

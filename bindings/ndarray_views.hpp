@@ -4,8 +4,11 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
@@ -30,6 +33,14 @@ auto span_of(const A& a) {
 template <class A>
 auto span_of(const std::optional<A>& a) -> decltype(span_of(*a)) {
   return a ? span_of(*a) : decltype(span_of(*a)){};
+}
+
+/// A numpy array that owns v (moved in, or copied from an lvalue), with the given shape.
+template <class T>
+nb::object to_numpy(std::vector<T> v, std::initializer_list<std::size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule deleter(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), deleter));
 }
 
 /// Per-stage counters of a force provider as a dict (bind_pipeline.cpp).

@@ -8,9 +8,11 @@ build without CUDA sources, or no device): CI has no GPU, so these run on a GPU 
 import numpy as np
 import pytest
 from conftest import clustered_set
+from contract_cases import CASES, CorePipeline, PythonPipeline
 from reference import direct_sum_f64, rel_rms
 
 import gravpipe as gp
+from gravpipe import _core
 from gravpipe.simulation import Simulation
 
 CUDA = gp.available_backends()["cuda"]
@@ -112,6 +114,17 @@ def test_cupy_arrays_stay_on_the_device():
         pipe.forces(cp.asarray(pos), exclude=cp.full(4000, 4000))
     with pytest.raises(ValueError, match="cuda|CUDA"):
         gp.Pipeline("cpu").set_j(cp.asarray(pos), cp.asarray(mass))
+
+
+CUDA_ADAPTERS = [CorePipeline(f"core CudaPipeline({p})", lambda eps, G, p=p: _core.CudaPipeline(p, eps, G, 0))
+                 for p in ("mixed", "double")] + [PythonPipeline("cuda", p) for p in ("mixed", "double")]
+CUDA_PAIRS = [(a, c) for a in CUDA_ADAPTERS for c in CASES if c.applies_to(a)]
+
+
+@pytest.mark.parametrize("adapter, case", CUDA_PAIRS, ids=[f"{a.name}: {c.name}" for a, c in CUDA_PAIRS])
+def test_cuda_keeps_the_force_contract(adapter, case):
+    """The same bad requests as the CPU providers (test_force_contract.py), the same texts."""
+    case.check(adapter)
 
 
 def test_auto_prefers_cuda_and_cpu_options_are_refused():

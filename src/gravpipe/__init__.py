@@ -4,12 +4,14 @@ The force pipeline (``Pipeline``, ``accel``) runs on CPU SIMD lanes and threads;
 the Barnes-Hut treecode (``Tree``) gives O(N log N) forces;
 ``Simulation`` evolves particle sets with Hermite block time steps or leapfrog; initial
 conditions are in ``gravpipe.ic``, HDF5 snapshots in ``gravpipe.io``, energies and
-Lagrangian radii in ``gravpipe.diagnostics``. Units are N-body (Henon) units by default:
-G = M = 1.
+Lagrangian radii in ``gravpipe.diagnostics``. Besides ``ValueError`` for bad input, errors
+are ``BackendUnavailableError`` (a backend or instruction set missing here) and
+``IntegrationError`` (an integration that cannot go on). Units are N-body (Henon) units by
+default: G = M = 1.
 """
 
 from gravpipe import diagnostics, ic, io
-from gravpipe.backends import BackendUnavailableError
+from gravpipe.errors import BackendUnavailableError, IntegrationError
 from gravpipe.particles import Particles
 from gravpipe.gravity import accel
 from gravpipe.pipeline import Pipeline, PipelineStats, available_backends
@@ -17,5 +19,5 @@ from gravpipe.simulation import Simulation, Timings
 from gravpipe.tree import Tree, TreeStats
 
 __version__ = "0.1.0"
-__all__ = ["BackendUnavailableError", "Particles", "Pipeline", "PipelineStats", "Simulation", "Timings", "Tree", "TreeStats",
-           "accel", "available_backends", "diagnostics", "ic", "io", "__version__"]
+__all__ = ["BackendUnavailableError", "IntegrationError", "Particles", "Pipeline", "PipelineStats", "Simulation",
+           "Timings", "Tree", "TreeStats", "accel", "available_backends", "diagnostics", "ic", "io", "__version__"]

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gravpipe import _core
+from gravpipe.errors import BackendUnavailableError  # defined with the core's other errors
+
+__all__ = ["BackendInfo", "BackendUnavailableError", "available_backends", "resolve_backend"]
 
 KNOWN_BACKENDS = ("cpu", "cuda")
-
-
-class BackendUnavailableError(RuntimeError):
-    """An explicitly requested backend does not exist in this build or on this machine."""
 
 
 @dataclass(frozen=True)

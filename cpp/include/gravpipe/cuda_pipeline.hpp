@@ -22,7 +22,8 @@ class DeviceState;  // device buffers (cuda_pipeline.cu)
 /// inputs give the same bits on the same GPU model.
 class CudaPipeline final : public ForceProvider {
  public:
-  /// Throws InputError for a bad eps or G, BackendError when the device cannot be used.
+  /// Throws InputError for a bad eps or G, BackendError when the device cannot be used;
+  /// any call throws DeviceError when CUDA fails.
   CudaPipeline(Precision precision, double eps, double G, int device = 0);
   ~CudaPipeline() override;
   CudaPipeline(const CudaPipeline&) = delete;

@@ -15,7 +15,8 @@ struct TransferTiming {
 };
 
 /// Median time of `repeats` copies per size, both directions, pageable and pinned host
-/// memory, on device `device`. Throws BackendError when CUDA fails.
+/// memory, on device `device`. Throws BackendError when the device cannot be used,
+/// DeviceError when a CUDA call fails.
 std::vector<TransferTiming> time_transfers(const std::vector<std::size_t>& sizes, int repeats, int device = 0);
 
 }  // namespace gravpipe::cuda

@@ -1,6 +1,8 @@
 // The one interface integrators take their forces through: the CPU pipeline, the CUDA
 // pipeline and the tree evaluator plug in behind it without touching the integrators
-// (STYLE.md: force providers as plug-ins).
+// (STYLE.md: force providers as plug-ins). Every provider checks set_j, update_j and
+// forces against one contract, with one error text per broken rule
+// (force_request_check.hpp).
 #pragma once
 #include <cstdint>
 

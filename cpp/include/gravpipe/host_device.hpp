@@ -1,5 +1,6 @@
 // GRAVPIPE_HOST_DEVICE marks functions that the CPU code and the CUDA kernels share (the
-// pair interaction, Morton keys): __host__ __device__ under nvcc, nothing elsewhere.
+// pair interaction, Morton keys, the mixed-precision hi + lo split): __host__ __device__
+// under nvcc, nothing elsewhere.
 #pragma once
 
 #if defined(__CUDACC__)

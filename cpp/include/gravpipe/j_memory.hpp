@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "gravpipe/mixed_precision.hpp"  // split_double: the hi + lo pairs below
+
 namespace gravpipe {
 
 /// Mixed precision j-position: each coordinate as a float pair (hi + lo) that carries
@@ -55,28 +57,6 @@ struct JTileMixed {
   float cvxh, cvyh, cvzh, pad1;   // velocity centre (hi)
   float cvxl, cvyl, cvzl, pad2;   // velocity centre (lo)
 };
-
-/// Hide a value from the optimiser. GCC 12.2 at -O2 (SLP vectorizer) folds
-/// (double)(float)x back to x when several splits sit side by side, which silently zeroes
-/// every lo part (reproduced with a 6-line loop; fixed by -fno-tree-slp-vectorize). The
-/// empty asm makes the rounded value opaque, so the round trip must really happen.
-inline float opaque(float h) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+x"(h));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  asm("" : "+w"(h));
-#elif defined(__GNUC__)
-  asm("" : "+m"(h));
-#endif
-  return h;
-}
-
-/// Split x into hi + lo floats with hi = fl32(x) and lo = fl32(x - hi).
-inline void split_double(double x, float& hi, float& lo) {
-  const float h = opaque(static_cast<float>(x));
-  hi = h;
-  lo = static_cast<float>(x - static_cast<double>(h));
-}
 
 /// i-particles for the mixed kernels, SoA, length padded to a multiple of kIPad.
 struct IMemoryMixed {

@@ -1,5 +1,6 @@
 // Kick-drift-kick leapfrog with a shared step: second order, symplectic, time reversible.
-// Every step writes the whole j-set and evaluates forces on all particles.
+// Every step writes the whole j-set and evaluates forces on all particles; a force that is
+// not finite stops the run with an IntegrationError naming the particle and the time.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +31,7 @@ class LeapfrogIntegrator final : public Integrator {
  private:
   void check_params() const;
   void compute_forces();
+  void check_forces(double t) const;
   void step(double dt);
 
   ForceProvider& forces_;

@@ -1,12 +1,11 @@
-// Morton (Z-order) keys: 21 bits per axis interleaved into 63 bits. Sorting particles by
-// key puts spatial neighbours next to each other, which the pipeline's tiles, the tree and
-// the out-of-core pages all rely on for locality.
+// Morton (Z-order) keys: 21 bits per axis interleaved into 63 bits, on the host and in CUDA
+// kernels. Sorting particles by key puts spatial neighbours next to each other, which the
+// pipeline's tiles, the tree and the out-of-core pages all rely on for locality; the keys
+// of positions and the sort are curve_order.hpp.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "gravpipe/host_device.hpp"
-#include "gravpipe/span.hpp"
 
 namespace gravpipe {
 
@@ -26,9 +25,5 @@ GRAVPIPE_HOST_DEVICE inline std::uint64_t spread_bits_3(std::uint64_t v) {
 GRAVPIPE_HOST_DEVICE inline std::uint64_t morton_key(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
   return spread_bits_3(ix) | (spread_bits_3(iy) << 1) | (spread_bits_3(iz) << 2);
 }
-
-/// The permutation that sorts positions (3n, row-major) by Morton key within their
-/// bounding cube; ties keep input order, so the result is deterministic.
-std::vector<std::int64_t> morton_order(Span<const double> pos);
 
 }  // namespace gravpipe

@@ -17,17 +17,17 @@ namespace gravpipe {
 
 class CpuPipeline final : public ForceProvider {
  public:
-  /// threads <= 0 uses all OpenMP threads. Throws InputError for eps < 0 or non-finite
-  /// eps/G, BackendError for an unavailable isa.
+  /// threads <= 0 uses all OpenMP threads. Throws InputError for a bad eps or G
+  /// (force_request_check.hpp), BackendError for an unavailable isa.
   CpuPipeline(Precision precision, double eps, double G, const std::string& isa, int threads);
 
-  /// j-particle write: positions (3n), masses (n) and optionally velocities (3n; needed
-  /// for jerk). Replaces the previous j-set.
+  /// j-particle write: positions (3n), masses (n >= 1) and optionally velocities (3n;
+  /// needed for jerk). Replaces the previous j-set.
   void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) override;
   /// Same particles, new positions/velocities, j-memory order kept (no sort).
   void update_j(Span<const double> pos, Span<const double> vel) override;
-  /// i-particle write + compute + result read. Throws InputError for inconsistent sizes,
-  /// an exclude index >= n_j, or a jerk request without j velocities.
+  /// i-particle write + compute + result read. Throws InputError for a request that breaks
+  /// the providers' contract (force_request_check.hpp).
   void forces(const ForceRequest& req) override;
 
   std::size_t n_j() const { return n_j_; }
@@ -58,7 +58,7 @@ class CpuPipeline final : public ForceProvider {
   void fill_j_mixed(Span<const double> pos, Span<const double> mass, Span<const double> vel);
   void write_j_double(Span<const double> pos, Span<const double> mass, Span<const double> vel);
 
-  std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in Morton order
+  std::vector<JPosMixed> j_pos_mixed_;   // mixed j-memory, in curve order (curve_order.hpp)
   std::vector<JVelMixed> j_vel_mixed_;
   std::vector<JRelMixed> j_rel_mixed_;
   std::vector<JVelRelMixed> j_vel_rel_mixed_;

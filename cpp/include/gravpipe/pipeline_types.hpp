@@ -23,11 +23,15 @@ struct PipelineStats {
   std::uint64_t tile_visits = 0, far_tile_visits = 0;
 };
 
-/// Positions/velocities as (n,3) row-major float64, masses (n,), outputs likewise.
+/// An exclude entry that leaves no j-particle out.
+constexpr std::int64_t kNoExclusion = -1;
+
+/// Positions/velocities as (n,3) row-major float64, masses (n,), outputs likewise. Every
+/// provider checks it against one contract (force_request_check.hpp).
 struct ForceRequest {
   Span<const double> pos_i;                  // 3 n_i
   Span<const double> vel_i;                  // 3 n_i, or empty: no jerk
-  Span<const std::int64_t> exclude;          // n_i, or empty: no exclusions
+  Span<const std::int64_t> exclude;          // n_i j indices or kNoExclusion, or empty: none
   Span<double> acc;                          // 3 n_i
   Span<double> pot;                          // n_i
   Span<double> jerk;                         // 3 n_i when vel_i is given

@@ -5,15 +5,18 @@
 // interaction (pair_interaction.hpp).
 //
 // The pieces are separate functions over plain data, one file each in cpp/src/tree/:
-//   tree_keys.cpp      keys and curve order (parallel radix sort)
-//   tree_build.cpp     octree from the sorted keys
+//   tree_build.cpp     octree from the sorted keys (keys and their order: curve_order.hpp)
 //   tree_moments.cpp   mass, centre of mass, bounding box, quadrupole, opening radius
 //   tree_walk.cpp      groups, MAC, interaction lists, walks shared by runs of groups
 //   tree_evaluate.cpp  list evaluation (SIMD lanes over the group's i-particles)
 //   tree_local.cpp     local (Taylor) expansions of far cells about a run's centre
+//   tree_runs.cpp      one force evaluation: runs of groups, each a shared part (the walk
+//                      of the run's top, the cells all members accept, the local
+//                      expansion) and a part per member group
 //   tree.cpp           the Tree that ties them together, and its ForceProvider
-// Tree, walk and evaluation read particles through a SourceView (spans), never through
-// owned arrays, so that the out-of-core store can later serve the same code from pages.
+// Moments, gathering and evaluation read particles through an accessor (particle_view.hpp),
+// never through arrays they own, so that the out-of-core store can later serve the same
+// code from pages; the walk reads only cells.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,7 +25,9 @@
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
+#include "gravpipe/curve_order.hpp"
 #include "gravpipe/force_provider.hpp"
+#include "gravpipe/particle_view.hpp"
 #include "gravpipe/pipeline_types.hpp"
 #include "gravpipe/span.hpp"
 
@@ -74,26 +79,6 @@ struct TreeStats {
   bool relative_criterion_used = false;
 };
 
-/// Particles as the tree reads them: structure-of-arrays spans, in curve order.
-struct SourceView {
-  Span<const double> x, y, z, m;
-  std::size_t size() const { return m.size(); }
-};
-
-// ---- keys and ordering (tree_keys.cpp) ---------------------------------------------------
-
-/// The cube that maps positions onto the 2^21 grid of each axis.
-struct KeyFrame {
-  double lo[3] = {0, 0, 0};
-  double scale = 0;  // grid cells per length unit
-};
-KeyFrame key_frame(Span<const double> pos, int threads);
-/// Morton key of each position (3n row-major); positions outside the frame are clamped.
-std::vector<std::uint64_t> curve_keys(Span<const double> pos, const KeyFrame& f, int threads);
-/// The permutation that sorts keys ascending (ties by index: deterministic), and the keys
-/// in that order. A parallel LSD radix sort (stable, so the same for any thread count).
-std::vector<std::int64_t> curve_sort(std::vector<std::uint64_t>& keys, int threads);
-
 // ---- octree (tree_build.cpp) -------------------------------------------------------------
 
 /// What the walk reads of one cell, in one cache line: the walk visits cells in scattered
@@ -131,8 +116,10 @@ struct TreeNodes {
 /// split into its non-empty octants.
 TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
 
-/// Fill the moments of every cell from the particles (in curve order), and `walk`.
-void compute_moments(TreeNodes& t, const SourceView& p, double theta, double quad_tol, int threads);
+/// Fill the moments of every cell from the particles (an accessor, particle_view.hpp, in
+/// curve order), and `walk`. Instantiated for InCoreParticles.
+template <class Particles>
+void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad_tol, int threads);
 
 // ---- groups, MAC and interaction lists (tree_walk.cpp) -----------------------------------
 
@@ -232,10 +219,12 @@ struct GatheredList {
   std::size_t n_masked = 0;        // the first n_masked particles may hold excluded ones
   std::size_t n_source_particles = 0, n_source_cells = 0;  // what the list holds
   bool mixed = false;
-  /// Copy the list's particles and cells; ranges meeting [ex_begin, ex_end) go first.
-  /// Without quadrupoles the cells join the particle stream as pseudo-particles.
-  /// Mixed: coordinates relative to `centre` (the group's).
-  void gather(const InteractionList& l, const TreeNodes& t, const SourceView& p, bool quadrupole,
+  /// Copy the list's particles (read through the accessor p, one block per opened leaf)
+  /// and cells; ranges meeting [ex_begin, ex_end) go first. Without quadrupoles the cells
+  /// join the particle stream as pseudo-particles. Mixed: coordinates relative to `centre`
+  /// (the group's). Instantiated for InCoreParticles.
+  template <class Particles>
+  void gather(const InteractionList& l, const TreeNodes& t, const Particles& p, bool quadrupole,
               std::int64_t ex_begin, std::int64_t ex_end, Precision precision, const double centre[3]);
   std::size_t n_particles() const { return n_source_particles; }
   std::size_t n_cells() const { return n_source_cells; }
@@ -274,7 +263,8 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 
 // ---- the tree ------------------------------------------------------------------------------
 
-/// A tree over one set of source particles. Throws InputError for bad parameters.
+/// A tree over one set of source particles. Throws InputError for bad parameters or a
+/// request that breaks the providers' contract (force_request_check.hpp).
 class Tree {
  public:
   Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params);
@@ -297,18 +287,20 @@ class Tree {
   const TreeNodes& nodes() const { return nodes_; }
 
  private:
-  SourceView view() const { return {{x_.data(), x_.size()}, {y_.data(), y_.size()},
-                                     {z_.data(), z_.size()}, {m_.data(), m_.size()}}; }
+  /// The sources, in curve order, through the in-core accessor.
+  InCoreParticles particles() const {
+    return {{x_.data(), x_.size()}, {y_.data(), y_.size()}, {z_.data(), z_.size()}, {m_.data(), m_.size()}};
+  }
   /// Evaluate groups over i-particles given in i order (sorted index -> caller index in
-  /// i_caller), writing caller-ordered results.
-  void run_groups(const std::vector<Group>& groups, const SourceView& sinks,
+  /// i_caller), writing caller-ordered results, and record the work in stats_.
+  void run_groups(const std::vector<Group>& groups, const InCoreParticles& sinks,
                   Span<const std::int64_t> i_exclude, Span<const std::int64_t> i_caller,
                   Span<double> acc, Span<double> pot);
 
   TreeParams params_;
   int threads_;
   Isa isa_;
-  KeyFrame frame_;
+  CurveBox frame_;                    // the sources' cube: forces_at sorts its points in it too
   std::vector<std::int64_t> order_;   // curve position -> caller index
   std::vector<std::int64_t> rank_;    // caller index -> curve position
   std::vector<double> x_, y_, z_, m_;  // sources in curve order
@@ -334,6 +326,7 @@ class TreeForceProvider final : public ForceProvider {
   TreeParams params_;
   Isa isa_;
   std::vector<double> pos_, mass_;
+  bool has_vel_ = false;       // whether set_j was given velocities (update_j must match)
   std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
   std::unique_ptr<Tree> tree_;
   PipelineStats stats_;

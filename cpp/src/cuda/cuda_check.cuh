@@ -9,9 +9,19 @@
 
 namespace gravpipe::cuda {
 
-/// Every CUDA call is checked: a failure is a BackendError naming the call.
+/// Every CUDA call is checked: a failure is a DeviceError naming the call.
 inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw BackendError(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess) throw DeviceError(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
+}
+
+/// Make `device` current. A device that cannot be selected (no driver, no GPU, a number
+/// beyond the count) means the backend is unavailable here: BackendError, not DeviceError.
+inline void select_device(int device) {
+  const cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear the sticky error state
+  throw BackendError("backend 'cuda' is not available: device " + std::to_string(device) + ": " +
+                     cudaGetErrorString(err));
 }
 #define GP_CUDA_CHECK(call) ::gravpipe::cuda::check((call), #call)
 /// After every launch: configuration errors now, execution errors at the next checked sync.

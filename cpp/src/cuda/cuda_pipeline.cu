@@ -13,6 +13,7 @@
 #include "device_sets.cuh"
 #include "force_kernels.cuh"
 #include "gravpipe/cuda_pipeline.hpp"
+#include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe::cuda {
@@ -22,6 +23,12 @@ namespace {
 constexpr int kBoxBlocks = kThreads;  // pass-1 blocks of a bounding box (box_fold takes <= kThreads)
 
 int blocks_for(std::size_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+
+/// The kernels index particles with int and the partial sums take up to 8 rows of n: at
+/// most 2^28 particles per set.
+void check_capacity(const char* what, std::size_t n) {
+  if (n > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError(what);
+}
 
 }  // namespace
 
@@ -74,17 +81,13 @@ void curve_order(DeviceState& d, const double* xyz, int n, const Box* box, int* 
                                                 d.idx_in.data(), order, n, 0, 30));
 }
 
-void check_eps_G(double eps, double G) {
-  if (!(std::isfinite(eps) && eps >= 0)) throw InputError("eps: must be finite and >= 0");
-  if (!(std::isfinite(G) && G > 0)) throw InputError("G: must be finite and > 0");
-}
-
 }  // namespace
 
 CudaPipeline::CudaPipeline(Precision precision, double eps, double G, int device)
     : precision_(precision), eps_(eps), G_(G), dev_(std::make_unique<DeviceState>()) {
-  check_eps_G(eps, G);
-  GP_CUDA_CHECK(cudaSetDevice(device));
+  check_eps(eps);
+  check_G(G);
+  select_device(device);
   cudaDeviceProp prop{};
   GP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   dev_->multiprocessors = prop.multiProcessorCount;
@@ -100,11 +103,8 @@ CudaPipeline::~CudaPipeline() = default;
 // ---- j-particle write ---------------------------------------------------------------------
 
 void CudaPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
-  const std::size_t n = mass.size();
-  if (n == 0) throw InputError("set_j: empty j-particle set");
-  if (pos.size() != 3 * n) throw InputError("set_j: pos and mass have different lengths");
-  if (!vel.empty() && vel.size() != 3 * n) throw InputError("set_j: vel and mass have different lengths");
-  if (n > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("set_j: more than 2^28 j-particles");
+  const std::size_t n = check_j_set(pos, mass, vel);
+  check_capacity("set_j: more than 2^28 j-particles", n);
   const auto t0 = Clock::now();
   DeviceState& d = *dev_;
   d.j_in.reserve(7 * n);
@@ -119,11 +119,8 @@ void CudaPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<c
 }
 
 void CudaPipeline::set_j_device(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
-  const std::size_t n = mass.size();
-  if (n == 0) throw InputError("set_j: empty j-particle set");
-  if (pos.size() != 3 * n || (!vel.empty() && vel.size() != 3 * n))
-    throw InputError("set_j: pos, mass and vel have different lengths");
-  if (n > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("set_j: more than 2^28 j-particles");
+  const std::size_t n = check_j_set(pos, mass, vel);  // sizes only: the spans are device memory
+  check_capacity("set_j: more than 2^28 j-particles", n);
   const auto t0 = Clock::now();
   load_j(pos.data(), mass.data(), vel.empty() ? nullptr : vel.data(), n);
   GP_CUDA_CHECK(cudaDeviceSynchronize());
@@ -151,10 +148,7 @@ void CudaPipeline::load_j(const double* pos, const double* mass, const double* v
 
 void CudaPipeline::update_j(Span<const double> pos, Span<const double> vel) {
   const std::size_t n = n_j_;
-  if (n == 0) throw InputError("update_j: no j-particles; call set_j first");
-  if (pos.size() != 3 * n) throw InputError("update_j: the particle count changed");
-  if (vel.empty() == has_vel_ || (!vel.empty() && vel.size() != 3 * n))
-    throw InputError("update_j: vel must match the set_j call (same presence, same length)");
+  check_j_update(pos, vel, n, has_vel_);
   const auto t0 = Clock::now();
   DeviceState& d = *dev_;
   GP_CUDA_CHECK(cudaMemcpy(d.j_in.data(), pos.data(), 3 * n * sizeof(double), cudaMemcpyHostToDevice));
@@ -245,31 +239,22 @@ void CudaPipeline::reset_stats() {
 
 namespace {
 
-void check_request(const ForceRequest& req, std::size_t n_j, bool has_vel) {
-  const std::size_t ni = req.pos_i.size() / 3;
-  if (n_j == 0) throw InputError("forces: no j-particles; call set_j first");
-  if (ni == 0 || req.pos_i.size() != 3 * ni) throw InputError("pos_i: expected a non-empty (n,3) array");
-  if (ni > static_cast<std::size_t>(INT32_MAX / 8)) throw InputError("pos_i: more than 2^28 i-particles");
-  const bool jerk = !req.vel_i.empty();
-  if (jerk && !has_vel) throw InputError("vel_i: jerk needs j-particle velocities (set_j with vel)");
-  if (jerk && (req.vel_i.size() != 3 * ni || req.jerk.size() != 3 * ni)) throw InputError("vel_i/jerk: sizes differ");
-  if (req.acc.size() != 3 * ni || req.pot.size() != ni) throw InputError("forces: output sizes differ from pos_i");
-  if (!req.exclude.empty() && req.exclude.size() != ni) throw InputError("exclude: length differs from pos_i");
+/// The shared contract's sizes (force_request_check.hpp) and this backend's capacity; the
+/// entries of a device request are not read here.
+std::size_t check_request(const ForceRequest& req, std::size_t n_j, bool has_vel) {
+  const std::size_t ni = check_request_sizes(req, n_j, has_vel);
+  check_capacity("pos_i: more than 2^28 i-particles", ni);
+  return ni;
 }
 
 }  // namespace
 
 void CudaPipeline::forces(const ForceRequest& req) {
-  check_request(req, n_j_, has_vel_);
-  const std::size_t ni = req.pos_i.size() / 3;
+  const std::size_t ni = check_request(req, n_j_, has_vel_);
+  check_exclude(req.exclude, n_j_);  // host memory here
   const bool jerk = !req.vel_i.empty(), with_ex = !req.exclude.empty();
   std::uint64_t excluded = 0;
-  for (std::size_t k = 0; k < req.exclude.size(); ++k) {
-    if (req.exclude[k] < -1 || req.exclude[k] >= static_cast<std::int64_t>(n_j_))
-      throw InputError("exclude: index " + std::to_string(req.exclude[k]) + " at position " + std::to_string(k) +
-                       " is outside [-1, " + std::to_string(n_j_) + ")");
-    excluded += req.exclude[k] >= 0;
-  }
+  for (const std::int64_t e : req.exclude) excluded += e != kNoExclusion;
   DeviceState& d = *dev_;
 
   // i-particle write: one packed transfer, pos 3n | vel 3n | exclude n
@@ -311,8 +296,7 @@ void CudaPipeline::forces(const ForceRequest& req) {
 }
 
 void CudaPipeline::forces_device(const ForceRequest& req) {
-  check_request(req, n_j_, has_vel_);
-  const std::size_t ni = req.pos_i.size() / 3;
+  const std::size_t ni = check_request(req, n_j_, has_vel_);
   const bool jerk = !req.vel_i.empty();
   const auto t0 = Clock::now();
   // results straight into the caller's device arrays

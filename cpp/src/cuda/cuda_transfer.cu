@@ -53,7 +53,7 @@ double time_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
 
 std::vector<TransferTiming> time_transfers(const std::vector<std::size_t>& sizes, int repeats, int device) {
   if (sizes.empty() || repeats < 1) throw InputError("time_transfers: need sizes and repeats >= 1");
-  GP_CUDA_CHECK(cudaSetDevice(device));
+  select_device(device);
   const std::size_t most = *std::max_element(sizes.begin(), sizes.end());
   DeviceBuffer<unsigned char> dev;
   PinnedBuffer<unsigned char> pinned;

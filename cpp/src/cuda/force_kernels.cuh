@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "device_sets.cuh"
+#include "gravpipe/mixed_precision.hpp"  // split_double, the CPU's hi + lo split
 #include "gravpipe/pair_interaction.hpp"
 
 namespace gravpipe::cuda {
@@ -66,11 +67,6 @@ struct Partials {
   double *ax, *ay, *az, *pot, *jx, *jy, *jz;
   int stride;  // n_i
 };
-
-__device__ inline void split(double v, float& hi, float& lo) {
-  hi = static_cast<float>(v);
-  lo = static_cast<float>(v - static_cast<double>(hi));
-}
 
 /// One i-particle's coordinates relative to its block origin, as float hi + lo.
 struct IRel {
@@ -157,8 +153,8 @@ __global__ void __launch_bounds__(kThreads) forces_mixed(JView j, IView in, floa
   }
   IRel r;
   for (int a = 0; a < 3; ++a) {
-    split(x[a] - origin[a], r.xh[a], r.xl[a]);
-    split(v[a] - vorigin[a], r.vh[a], r.vl[a]);
+    split_double(x[a] - origin[a], r.xh[a], r.xl[a]);
+    split_double(v[a] - vorigin[a], r.vh[a], r.vl[a]);
   }
 
   double ax = 0, ay = 0, az = 0, pot = 0, jx = 0, jy = 0, jz = 0;
@@ -170,12 +166,16 @@ __global__ void __launch_bounds__(kThreads) forces_mixed(JView j, IView in, floa
     if (threadIdx.x < count) {
       const D4 p = j.pos[base + threadIdx.x];
       float h[3], l[3];
-      split(p.x - origin[0], h[0], l[0]), split(p.y - origin[1], h[1], l[1]), split(p.z - origin[2], h[2], l[2]);
+      split_double(p.x - origin[0], h[0], l[0]);
+      split_double(p.y - origin[1], h[1], l[1]);
+      split_double(p.z - origin[2], h[2], l[2]);
       tile.ph[threadIdx.x] = make_float4(h[0], h[1], h[2], static_cast<float>(p.w));
       tile.pl[threadIdx.x] = make_float4(l[0], l[1], l[2], 0.0f);
       if (kJerk) {
         const D4 q = j.vel[base + threadIdx.x];
-        split(q.x - vorigin[0], h[0], l[0]), split(q.y - vorigin[1], h[1], l[1]), split(q.z - vorigin[2], h[2], l[2]);
+        split_double(q.x - vorigin[0], h[0], l[0]);
+        split_double(q.y - vorigin[1], h[1], l[1]);
+        split_double(q.z - vorigin[2], h[2], l[2]);
         tile.vh[threadIdx.x] = make_float4(h[0], h[1], h[2], 0.0f);
         tile.vl[threadIdx.x] = make_float4(l[0], l[1], l[2], 0.0f);
       }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/format_number.hpp"
 #include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe {
@@ -119,13 +120,21 @@ std::int64_t HermiteIntegrator::quantize(double dt_want, std::int64_t dt_old, st
   return dt;
 }
 
+// A step below the floor, or a force that is not finite (which the step criterion can let
+// through: NaN > 0 is false, so a NaN jerk gives the start a full dt_max), ends the run. The
+// time named is the particle's own: the block time it was just corrected to.
 void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) const {
-  for (const std::int64_t i : which)
-    if (dt_[i] == 0)
-      throw std::runtime_error("hermite: the time step of particle " + std::to_string(i) +
-                               " fell below dt_max / 2^40 at t = " + std::to_string(time()) +
-                               " (a close encounter too hard to follow: increase eps, or check "
-                               "the input for coincident particles)");
+  for (const std::int64_t i : which) {
+    const double* a = &acc_[3 * i];
+    const bool finite = std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]);
+    if (dt_[i] != 0 && finite) continue;
+    const double t = timeline_.time(t_[i]);
+    const std::string what = finite ? "its time step fell below dt_max / 2^40" : "its force is not finite";
+    throw IntegrationError("hermite: particle " + std::to_string(i) + ": " + what + " at t = " + format_number(t) +
+                               " (a close encounter too hard to follow: increase eps, or check the input "
+                               "for coincident particles)",
+                           i, t);
+  }
 }
 
 void HermiteIntegrator::evolve_to(double t) {

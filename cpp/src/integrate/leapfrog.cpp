@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/format_number.hpp"
 #include "gravpipe/stopwatch.hpp"
 
 namespace gravpipe {
@@ -18,6 +19,7 @@ LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState stat
   check_params();
   const auto t_start = Clock::now();
   compute_forces();
+  check_forces(t0_);
   counters_.seconds_total += seconds_since(t_start);
 }
 
@@ -59,6 +61,18 @@ void LeapfrogIntegrator::compute_forces() {
                   {pot_.data(), n}, {}});
 }
 
+// Leapfrog's counterpart of Hermite's step floor: a force that is not finite (coincident
+// particles with eps = 0) would turn every position into NaN within a step, silently.
+void LeapfrogIntegrator::check_forces(double t) const {
+  for (std::size_t i = 0; i < s_.size(); ++i) {
+    const double* a = &acc_[3 * i];
+    if (std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]) && std::isfinite(pot_[i])) continue;
+    throw IntegrationError("leapfrog: particle " + std::to_string(i) + ": its force is not finite at t = " +
+                               format_number(t) + " (coincident particles with eps = 0? use eps > 0)",
+                           static_cast<std::int64_t>(i), t);
+  }
+}
+
 void LeapfrogIntegrator::step(double dt) {
   const auto m = static_cast<std::int64_t>(3 * s_.size());
   const double h = 0.5 * dt;
@@ -68,6 +82,7 @@ void LeapfrogIntegrator::step(double dt) {
     s_.pos[k] += dt * s_.vel[k];
   }
   compute_forces();
+  check_forces(time() + dt);  // the end of this step (steps_ counts it only below)
 #pragma omp parallel for schedule(static) if (m >= kMinParallel)
   for (std::int64_t k = 0; k < m; ++k) s_.vel[k] += h * acc_[k];
   counters_.steps += 1;

@@ -9,9 +9,10 @@
 #include <type_traits>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/kernel.hpp"
-#include "gravpipe/morton.hpp"
+#include "gravpipe/curve_order.hpp"
 
 namespace gravpipe {
 
@@ -41,17 +42,14 @@ std::string precision_name(Precision p) { return p == Precision::Mixed ? "mixed"
 CpuPipeline::CpuPipeline(Precision precision, double eps, double G, const std::string& isa,
                          int threads)
     : precision_(precision), isa_(resolve_isa(isa)), eps_(eps), G_(G) {
-  if (!std::isfinite(eps) || eps < 0) throw InputError("eps: must be finite and >= 0");
-  if (!std::isfinite(G)) throw InputError("G: must be finite");
+  check_eps(eps);
+  check_G(G);
   threads_ = threads > 0 ? threads : omp_get_max_threads();
 }
 
 void CpuPipeline::set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::size_t n = mass.size();
-  if (pos.size() != 3 * n) throw InputError("set_j: pos and mass have different lengths");
-  if (!vel.empty() && vel.size() != 3 * n)
-    throw InputError("set_j: vel and mass have different lengths");
+  const std::size_t n = check_j_set(pos, mass, vel);
   if (precision_ == Precision::Mixed && n > static_cast<std::size_t>(INT32_MAX))
     throw InputError("set_j: mixed precision holds at most 2^31-1 j-particles");
   const auto t0 = Clock::now();
@@ -94,7 +92,7 @@ void box_of(Span<const double> a, const std::vector<std::int64_t>& order, std::s
 void CpuPipeline::write_j_mixed(Span<const double> pos, Span<const double> mass,
                                 Span<const double> vel) {
   const std::size_t n = mass.size();
-  j_order_ = morton_order(pos);
+  j_order_ = curve_order(pos, threads_);
   j_slot_of_.resize(n);
   for (std::size_t s = 0; s < n; ++s) j_slot_of_[j_order_[s]] = static_cast<std::int64_t>(s);
   fill_j_mixed(pos, mass, vel);
@@ -171,9 +169,7 @@ void CpuPipeline::count_j_write(Clock::time_point t0) {
 
 void CpuPipeline::update_j(Span<const double> pos, Span<const double> vel) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (pos.size() != 3 * n_j_) throw InputError("update_j: pos must hold the current n_j particles");
-  if (vel.empty() != !has_j_vel_ || (!vel.empty() && vel.size() != 3 * n_j_))
-    throw InputError("update_j: vel must match the j-set written by set_j");
+  check_j_update(pos, vel, n_j_, has_j_vel_);
   const auto t0 = Clock::now();
   const Span<const double> mass(j_mass_.data(), j_mass_.size());
   if (precision_ == Precision::Mixed)
@@ -191,10 +187,10 @@ void CpuPipeline::write_i(const ForceRequest& req, std::size_t n_padded) {
   const std::size_t n = req.pot.size();
   const bool with_vel = !req.vel_i.empty();
   const bool mixed = precision_ == Precision::Mixed;
-  // Mixed mode puts i-particles in Morton order too: an i-vector is then compact in space
+  // Mixed mode puts i-particles in curve order too: an i-vector is then compact in space
   // and far from most tiles, which is what lets those tiles take the fast path.
-  if (mixed) i_order_ = morton_order(req.pos_i);
-  // Exclusions name user j indices; the mixed j-memory is in Morton order.
+  if (mixed) i_order_ = curve_order(req.pos_i, threads_);
+  // Exclusions name user j indices; the mixed j-memory is in curve order.
   const auto exclude_at = [&](std::size_t k) -> std::int64_t {
     const std::int64_t e = (k < n && !req.exclude.empty()) ? req.exclude[i_row(k)] : -1;
     return (e >= 0 && mixed) ? j_slot_of_[e] : e;
@@ -348,21 +344,8 @@ void CpuPipeline::read_results(const ForceRequest& req) {
 
 void CpuPipeline::forces(const ForceRequest& req) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::size_t n = req.pot.size();
+  const std::size_t n = check_force_request(req, n_j_, has_j_vel_);
   const bool with_jerk = !req.vel_i.empty();
-  if (req.pos_i.size() != 3 * n || req.acc.size() != 3 * n)
-    throw InputError("forces: pos_i, acc and pot have inconsistent lengths");
-  if (with_jerk && (req.vel_i.size() != 3 * n || req.jerk.size() != 3 * n))
-    throw InputError("forces: vel_i and jerk must have the length of pos_i");
-  if (with_jerk && !has_j_vel_)
-    throw InputError("forces: jerk needs j-particle velocities (call set_j with vel)");
-  if (!req.exclude.empty()) {
-    if (req.exclude.size() != n) throw InputError("exclude: must have one entry per i-particle");
-    for (std::size_t k = 0; k < n; ++k)
-      if (req.exclude[k] < -1 || req.exclude[k] >= static_cast<std::int64_t>(n_j_))
-        throw InputError("exclude: index " + std::to_string(req.exclude[k]) + " at position " +
-                         std::to_string(k) + " is outside [-1, n_j)");
-  }
   const std::size_t n_padded = padded(n);
 
   auto t0 = Clock::now();

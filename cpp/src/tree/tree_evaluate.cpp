@@ -8,13 +8,12 @@
 namespace gravpipe {
 
 namespace {
-/// Write particles [b, e) to out[0, e - b), coordinates less `o` (0 for double), in T.
+/// Write the block's particles to out[0, size), coordinates less `o` (0 for double), in T.
 template <class T>
-void put_particles(ListParticle<T>* out, const SourceView& p, std::int64_t b, std::int64_t e,
-                   const double o[3]) {
-  for (std::int64_t k = b; k < e; ++k, ++out)
-    *out = {static_cast<T>(p.x[k] - o[0]), static_cast<T>(p.y[k] - o[1]),
-            static_cast<T>(p.z[k] - o[2]), static_cast<T>(p.m[k])};
+void put_particles(ListParticle<T>* out, const ParticleBlock& p, const double o[3]) {
+  for (std::int64_t k = p.begin(); k < p.end(); ++k, ++out)
+    *out = {static_cast<T>(p.x(k) - o[0]), static_cast<T>(p.y(k) - o[1]),
+            static_cast<T>(p.z(k) - o[2]), static_cast<T>(p.m(k))};
 }
 
 template <class T>
@@ -31,9 +30,9 @@ ListCell<T> quadrupole_cell(const TreeNodes& t, std::int32_t c, const double o[3
           f(t.qtr[c]), T(0)};
 }
 
-template <class T>
+template <class T, class Particles>
 void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, const TreeNodes& t,
-                 const SourceView& p, bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
+                 const Particles& p, bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
                  const double o[3]) {
   auto meets = [&](std::int64_t b, std::int64_t e) { return b < ex_end && ex_begin < e; };
   std::size_t n_masked = 0, n_part = 0;
@@ -50,12 +49,12 @@ void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, co
   std::size_t at = 0;
   for (const auto& [b, e] : l.ranges)
     if (meets(b, e)) {
-      put_particles(&a.p[at], p, b, e, o);
+      put_particles(&a.p[at], p.block(b, e), o);
       for (std::int64_t k = b; k < e; ++k) g.pidx[at++] = k;
     }
   for (const auto& [b, e] : l.ranges)
     if (!meets(b, e)) {
-      put_particles(&a.p[at], p, b, e, o);
+      put_particles(&a.p[at], p.block(b, e), o);
       at += static_cast<std::size_t>(e - b);
     }
   for (std::size_t k = 0; k < n_cells; ++k) {
@@ -71,7 +70,8 @@ void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, co
 }
 }  // namespace
 
-void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const SourceView& p,
+template <class Particles>
+void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const Particles& p,
                           bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
                           Precision precision, const double centre[3]) {
   mixed = precision == Precision::Mixed;
@@ -81,6 +81,10 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const So
   else
     gather_into(*this, d, l, t, p, quadrupole, ex_begin, ex_end, origin);
 }
+
+template void GatheredList::gather<InCoreParticles>(const InteractionList&, const TreeNodes&,
+                                                   const InCoreParticles&, bool, std::int64_t, std::int64_t,
+                                                   Precision, const double[3]);
 
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);

@@ -31,19 +31,20 @@ void set_box_mass_com(TreeNodes& t, std::size_t c, const double lo[3], const dou
   t.cz[c] = m > 0 ? sz / m : 0.5 * (lo[2] + hi[2]);
 }
 
-/// Second moments of the cell's particles about its com: Q (traceless) and T = sum m y^2.
-void leaf_moments(TreeNodes& t, std::size_t c, const SourceView& p) {
+/// Second moments of the cell's particles (block p, its range) about its com: Q (traceless)
+/// and T = sum m y^2.
+void leaf_moments(TreeNodes& t, std::size_t c, const ParticleBlock& p) {
   double m = 0, sx = 0, sy = 0, sz = 0;
   double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   for (std::int64_t k = t.begin[c]; k < t.end[c]; ++k) {
-    const double mk = p.m[k], r[3] = {p.x[k], p.y[k], p.z[k]};
+    const double mk = p.m(k), r[3] = {p.x(k), p.y(k), p.z(k)};
     m += mk, sx += mk * r[0], sy += mk * r[1], sz += mk * r[2];
     for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], r[a]), hi[a] = std::max(hi[a], r[a]);
   }
   set_box_mass_com(t, c, lo, hi, m, sx, sy, sz);
   double xx = 0, xy = 0, xz = 0, yy = 0, yz = 0, zz = 0;
   for (std::int64_t k = t.begin[c]; k < t.end[c]; ++k) {
-    const double mk = p.m[k], dx = p.x[k] - t.cx[c], dy = p.y[k] - t.cy[c], dz = p.z[k] - t.cz[c];
+    const double mk = p.m(k), dx = p.x(k) - t.cx[c], dy = p.y(k) - t.cy[c], dz = p.z(k) - t.cz[c];
     xx += mk * dx * dx, xy += mk * dx * dy, xz += mk * dx * dz;
     yy += mk * dy * dy, yz += mk * dy * dz, zz += mk * dz * dz;
   }
@@ -81,7 +82,8 @@ void parent_moments(TreeNodes& t, std::size_t c) {
 
 }  // namespace
 
-void compute_moments(TreeNodes& t, const SourceView& p, double theta, double quad_tol, int threads) {
+template <class Particles>
+void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad_tol, int threads) {
   resize_moments(t);
   const auto n = static_cast<std::int64_t>(t.count());
   std::int64_t hi = n;
@@ -92,7 +94,7 @@ void compute_moments(TreeNodes& t, const SourceView& p, double theta, double qua
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64) if (hi - lo > 256)
     for (std::int64_t c = lo; c < hi; ++c) {
       if (t.is_leaf(c))
-        leaf_moments(t, c, p);
+        leaf_moments(t, c, p.block(t.begin[c], t.end[c]));
       else
         parent_moments(t, c);
       const double sx = t.hi_x[c] - t.lo_x[c], sy = t.hi_y[c] - t.lo_y[c], sz = t.hi_z[c] - t.lo_z[c];
@@ -121,5 +123,7 @@ void compute_moments(TreeNodes& t, const SourceView& p, double theta, double qua
                  t.begin[c], t.end[c], t.first_child[c], t.n_children[c]};
   }
 }
+
+template void compute_moments<InCoreParticles>(TreeNodes&, const InCoreParticles&, double, double, int);
 
 }  // namespace gravpipe

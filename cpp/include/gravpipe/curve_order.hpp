@@ -1,0 +1,51 @@
+// Space-filling-curve order, the one module for it: Morton keys of positions within a cube,
+// and a deterministic parallel sort of keys. The pipeline orders its j- and i-memories
+// along the curve (compact tiles), the tree's cells are ranges of it, and next the
+// out-of-core store's pages and the MPI domains will be ranges of it too. (The CUDA backend
+// keys and sorts on the device with its own 30-bit keys: there the order decides only the
+// tiling, never the results.)
+//
+// Typical use: curve_order(pos, threads). In pieces, for sets that must share one frame
+// (an i-set sorted in the tree's frame; ranks that reduce their bounds first):
+//   CurveBox box = curve_box(lo, hi);   // or bounding_cube(pos, threads)
+//   std::vector<std::uint64_t> keys = curve_keys(pos, box, threads);
+//   std::vector<std::int64_t> order = sort_keys(keys, threads);
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "gravpipe/morton.hpp"
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+/// The cube that maps positions onto the grid of 2^kMortonBitsPerAxis cells per axis.
+struct CurveBox {
+  double lo[3] = {0, 0, 0};  // lower corner
+  double scale = 0;          // grid cells per length unit (0: every key is 0)
+};
+
+/// The cube with corner lo whose side is the largest extent of the box [lo, hi], scaled so
+/// that hi falls inside the last cell.
+CurveBox curve_box(const double lo[3], const double hi[3]);
+
+/// curve_box of the per-axis bounds of positions (3n row-major); n = 0 gives scale 0.
+CurveBox bounding_cube(Span<const double> pos, int threads);
+
+/// Morton key of each position (3n row-major) within `box`; positions outside it clamp to
+/// its faces, so foreign points (forces at arbitrary positions) still get valid keys.
+std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads);
+
+/// Sort keys ascending in place and carry values along. Equal keys keep their input order
+/// (stable), so the result is the same for any thread count: a parallel LSD radix sort for
+/// large sets, a serial comparison sort (same result) for small ones.
+void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads);
+
+/// The permutation that sorts keys: order[k] is the input index of the k-th smallest, ties
+/// in index order. Leaves keys sorted.
+std::vector<std::int64_t> sort_keys(std::vector<std::uint64_t>& keys, int threads);
+
+/// The curve order of positions (3n row-major) within their bounding cube.
+std::vector<std::int64_t> curve_order(Span<const double> pos, int threads);
+
+}  // namespace gravpipe

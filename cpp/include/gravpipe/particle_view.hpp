@@ -1,0 +1,59 @@
+// Particles as the tree reads them: through an accessor, never through arrays it owns, so
+// that the out-of-core store can later serve the same tree, walk and evaluation code from
+// its pages (DESIGN.md, "What comes after": one code, bitwise identical results).
+//
+// An accessor is any type with
+//   std::size_t size() const;                                   particles, in curve order
+//   ParticleBlock block(std::int64_t b, std::int64_t e) const;  particles [b, e)
+// where the block stays valid until the force evaluation that asked for it ends and
+// block() may be called from many threads at once. The tree asks for whole cells and
+// groups, which are contiguous ranges of the curve order: a leaf's range when it gathers a
+// list or sums moments, a run's range for its sinks. InCoreParticles is the accessor over
+// arrays in memory, where block() is pointer arithmetic, inlined: the in-core tree pays
+// nothing for the indirection. The store's accessor will pin the pages that hold [b, e).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+/// Particles [begin, end) of a set in curve order, structure of arrays, each read by its
+/// index in the whole set.
+class ParticleBlock {
+ public:
+  /// x..m point at particle `begin`'s entries.
+  ParticleBlock(const double* x, const double* y, const double* z, const double* m, std::int64_t begin,
+                std::int64_t end)
+      : x_(x), y_(y), z_(z), m_(m), begin_(begin), end_(end) {}
+
+  std::int64_t begin() const { return begin_; }
+  std::int64_t end() const { return end_; }
+  double x(std::int64_t k) const { return x_[k - begin_]; }
+  double y(std::int64_t k) const { return y_[k - begin_]; }
+  double z(std::int64_t k) const { return z_[k - begin_]; }
+  double m(std::int64_t k) const { return m_[k - begin_]; }
+
+ private:
+  const double *x_, *y_, *z_, *m_;
+  std::int64_t begin_, end_;
+};
+
+/// The accessor over structure-of-arrays spans in memory (the tree's sorted copies, or the
+/// sorted points of forces_at).
+class InCoreParticles {
+ public:
+  InCoreParticles(Span<const double> x, Span<const double> y, Span<const double> z, Span<const double> m)
+      : x_(x), y_(y), z_(z), m_(m) {}
+
+  std::size_t size() const { return m_.size(); }
+  ParticleBlock block(std::int64_t b, std::int64_t e) const {
+    return {x_.data() + b, y_.data() + b, z_.data() + b, m_.data() + b, b, e};
+  }
+
+ private:
+  Span<const double> x_, y_, z_, m_;
+};
+
+}  // namespace gravpipe

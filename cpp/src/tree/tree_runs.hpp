@@ -1,0 +1,40 @@
+// One force evaluation of the tree over groups of i-particles (tree_runs.cpp). Internal to
+// src/tree: the Tree (tree.cpp) builds the groups and calls evaluate_groups.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "gravpipe/cpu_features.hpp"
+#include "gravpipe/span.hpp"
+#include "gravpipe/tree.hpp"
+
+namespace gravpipe {
+
+/// What one evaluation reads and writes. Particles on both sides come through accessors
+/// (particle_view.hpp): Sources in curve order, Sinks in i order (groups are ranges of it).
+template <class Sources, class Sinks>
+struct GroupEvaluation {
+  const TreeNodes& nodes;
+  const TreeParams& params;
+  Isa isa;
+  const Sources& sources;
+  const Sinks& sinks;
+  Span<const std::int64_t> i_exclude;  // per i: the sorted j index to leave out, or -1
+  Span<const std::int64_t> i_caller;   // i order -> caller's index
+  Span<double> acc, pot;               // results, caller's order (3 n_i, n_i)
+};
+
+/// The work of an evaluation, as TreeStats counts it. Seconds are thread-seconds.
+struct GroupWork {
+  std::uint64_t pp = 0, pc = 0, pc_local = 0, mac_tests = 0;
+  double seconds_walk = 0, seconds_evaluate = 0;
+  GroupWork& operator+=(const GroupWork& o);
+};
+
+/// Forces on every group's i-particles, OpenMP over runs of consecutive groups. A run's
+/// sums are computed by one thread in a fixed order, so results are bitwise identical for
+/// any thread count. Instantiated for InCoreParticles on both sides.
+template <class Sources, class Sinks>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::vector<Group>& groups, int threads);
+
+}  // namespace gravpipe
