@@ -242,3 +242,17 @@ def test_library_exports_only_the_g6_interface():
     names = [line.split()[-1] for line in out.splitlines() if line.split()[1] in "TDBW"]
     assert "g6calc_firsthalf" in names and "g6calc_firsthalf_" in names
     assert all(n.startswith(("g6_", "g6calc_", "gravpipe_g6_")) for n in names), names
+
+
+def test_host_code_with_its_own_c_wrappers(build):
+    """Sapporo-era codes define the C calls themselves around the Fortran symbols (ph4 does)
+    and compute on a cluster id other than the one they opened."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    exe = build / "wrapper_g6"
+    subprocess.run([cc, "-O2", "-std=c11", "-Wall", "-Werror", str(HERE / "wrapper_g6.c"),
+                    *gravpipe_config("--libs"), "-o", str(exe)], check=True)
+    r = run(exe)
+    assert [float(v) for v in r.stdout.split()] == pytest.approx([1.0, -1.0, -1.0, -1.0], rel=1e-6)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GRAVPIPE_G6_CLUSTERS": "separate"})
+    assert r.returncode == 2 and "cluster 0 is not open" in r.stderr

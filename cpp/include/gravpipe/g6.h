@@ -38,6 +38,9 @@
  *   GRAVPIPE_G6_JMEM        j-memory size in particles (default 1048576); an address at or
  *                           beyond it is an error, as on the hardware
  *   GRAVPIPE_G6_NB_MAX      longest neighbour list kept per i-particle (default 8192)
+ *   GRAVPIPE_G6_CLUSTERS    shared (default: every cluster id names one cluster, as in Sapporo,
+ *                           which codes such as ph4 rely on) or separate (one j-memory and
+ *                           pipeline per id, as on a multi-cluster GRAPE-6)
  *   OMP_NUM_THREADS         CPU threads of the force pipeline
  *
  * Fortran: every call also exists with a trailing underscore and all arguments by reference
@@ -57,7 +60,7 @@ extern "C" {
 #define GRAVPIPE_G6_MIXED 0
 #define GRAVPIPE_G6_DOUBLE 1
 
-/* Initialisation. clusterid >= 0 names an independent j-memory and pipeline. */
+/* Initialisation. clusterid >= 0 (see GRAVPIPE_G6_CLUSTERS). */
 int g6_open(int clusterid);
 int g6_close(int clusterid);
 int g6_reset(int clusterid);        /* forget every j-particle, keep the cluster open */

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -26,23 +27,29 @@
 namespace gravpipe::grape6 {
 namespace {
 
+// Cluster ids. GRAPE-6 numbers independent clusters; Sapporo, which most codes of the last
+// fifteen years were built against, ignores the id (one device serves them all), and codes
+// rely on it: ph4 opens one id and then computes on id 0. So by default every id names the
+// same cluster; GRAVPIPE_G6_CLUSTERS=separate (read when the first cluster opens) gives each
+// id its own j-memory and pipeline, as on a multi-cluster GRAPE-6.
 class Registry {
  public:
   std::mutex mutex;
 
   Context& open(int id) {
-    check_id(id);
-    if (contexts_.count(id) != 0) throw InputError("cluster " + std::to_string(id) + " is already open (g6_close it first)");
+    if (contexts_.empty()) separate_ = read_cluster_mode();
+    const int k = key(id);
+    if (contexts_.count(k) != 0)
+      throw InputError("cluster " + std::to_string(id) + " is already open (g6_close it first" +
+                       (separate_ ? ")" : "; every cluster id names the same one unless GRAVPIPE_G6_CLUSTERS=separate)"));
     auto ctx = std::make_unique<Context>(Settings::from_environment());
-    return *(contexts_[id] = std::move(ctx));
+    return *(contexts_[k] = std::move(ctx));
   }
   void close(int id) {
-    check_id(id);
-    if (contexts_.erase(id) == 0) throw InputError("cluster " + std::to_string(id) + " is not open");
+    if (contexts_.erase(key(id)) == 0) throw InputError("cluster " + std::to_string(id) + " is not open");
   }
   Context& at(int id) {
-    check_id(id);
-    const auto it = contexts_.find(id);
+    const auto it = contexts_.find(key(id));
     if (it == contexts_.end()) throw InputError("cluster " + std::to_string(id) + " is not open (call g6_open first)");
     return *it->second;
   }
@@ -52,9 +59,17 @@ class Registry {
   }
 
  private:
-  static void check_id(int id) {
+  int key(int id) const {
     if (id < 0) throw InputError("cluster id " + std::to_string(id) + " is negative");
+    return separate_ ? id : 0;
   }
+  static bool read_cluster_mode() {
+    const char* mode = std::getenv("GRAVPIPE_G6_CLUSTERS");
+    if (mode == nullptr || *mode == '\0' || std::string(mode) == "shared") return false;
+    if (std::string(mode) == "separate") return true;
+    throw InputError(std::string("GRAVPIPE_G6_CLUSTERS='") + mode + "': expected 'shared' or 'separate'");
+  }
+  bool separate_ = false;
   std::map<int, std::unique_ptr<Context>> contexts_;
 };
 
@@ -184,52 +199,57 @@ using gravpipe::InputError;
 using gravpipe::grape6::guarded;
 using gravpipe::grape6::Registry;
 
-// ---- C interface -------------------------------------------------------------------------
+// ---- implementations ---------------------------------------------------------------------
+// The exported C and Fortran symbols below both call these, never each other: a host code
+// may define its own C g6_* wrappers around the Fortran symbols (Sapporo-era codes such as
+// ph4 do), and those would win symbol interposition over ours and recurse forever.
+namespace {
 
-G6_EXPORT int g6_open(int clusterid) {
+
+int api_g6_open(int clusterid) {
   return guarded("g6_open", [&](Registry& r) {
     r.open(clusterid);
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT int g6_close(int clusterid) {
+int api_g6_close(int clusterid) {
   return guarded("g6_close", [&](Registry& r) {
     r.close(clusterid);
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT int g6_reset(int clusterid) {
+int api_g6_reset(int clusterid) {
   return guarded("g6_reset", [&](Registry& r) {
     r.at(clusterid).reset();
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT int g6_reset_fofpga(int clusterid) {
+int api_g6_reset_fofpga(int clusterid) {
   return guarded("g6_reset_fofpga", [&](Registry& r) {
     r.at(clusterid);
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT int g6_npipes(void) {
+int api_g6_npipes(void) {
   const int n = guarded("g6_npipes", [](Registry& r) { return static_cast<int>(r.npipes()); });
   return n > 0 ? n : 1;  // a code divides by it: never return the error code here
 }
 
-G6_EXPORT int g6_set_tunit(int) { return GRAVPIPE_G6_OK; }
-G6_EXPORT int g6_set_xunit(int) { return GRAVPIPE_G6_OK; }
+int api_g6_set_tunit(int) { return GRAVPIPE_G6_OK; }
+int api_g6_set_xunit(int) { return GRAVPIPE_G6_OK; }
 
-G6_EXPORT int g6_set_ti(int clusterid, double ti) {
+int api_g6_set_ti(int clusterid, double ti) {
   return guarded("g6_set_ti", [&](Registry& r) {
     r.at(clusterid).set_ti(ti);
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT int g6_set_j_particle(int clusterid, int address, int index, double tj, double /*dtj*/, double mass,
+int api_g6_set_j_particle(int clusterid, int address, int index, double tj, double /*dtj*/, double mass,
                                 const double a2by18[3], const double a1by6[3], const double aby2[3],
                                 const double v[3], const double x[3]) {
   return guarded("g6_set_j_particle", [&](Registry& r) {
@@ -239,7 +259,7 @@ G6_EXPORT int g6_set_j_particle(int clusterid, int address, int index, double tj
   });
 }
 
-G6_EXPORT int g6_initialize_jp_buffer(int clusterid, int buf_size) {
+int api_g6_initialize_jp_buffer(int clusterid, int buf_size) {
   return guarded("g6_initialize_jp_buffer", [&](Registry& r) {
     r.at(clusterid);
     if (buf_size < 0) throw InputError("buf_size is negative");
@@ -247,36 +267,36 @@ G6_EXPORT int g6_initialize_jp_buffer(int clusterid, int buf_size) {
   });
 }
 
-G6_EXPORT int g6_flush_jp_buffer(int clusterid) {
+int api_g6_flush_jp_buffer(int clusterid) {
   return guarded("g6_flush_jp_buffer", [&](Registry& r) {
     r.at(clusterid);
     return GRAVPIPE_G6_OK;
   });
 }
 
-G6_EXPORT void g6calc_firsthalf(int clusterid, int nj, int ni, const int index[], double xi[][3], double vi[][3],
+void api_g6calc_firsthalf(int clusterid, int nj, int ni, const int index[], double xi[][3], double vi[][3],
                                 double /*aold*/[][3], double /*j6old*/[][3], const double /*phiold*/[],
                                 double eps2, const double h2[]) {
   gravpipe::grape6::firsthalf(clusterid, nj, ni, index, xi, vi, eps2, h2);
 }
 
-G6_EXPORT int g6calc_lasthalf(int clusterid, int nj, int ni, const int /*index*/[], double /*xi*/[][3],
+int api_g6calc_lasthalf(int clusterid, int nj, int ni, const int /*index*/[], double /*xi*/[][3],
                               double /*vi*/[][3], double /*eps2*/, const double /*h2*/[], double acc[][3],
                               double jerk[][3], double pot[]) {
   return gravpipe::grape6::lasthalf("g6calc_lasthalf", false, clusterid, nj, ni, acc, jerk, pot, nullptr);
 }
 
-G6_EXPORT int g6calc_lasthalf2(int clusterid, int nj, int ni, const int /*index*/[], double /*xi*/[][3],
+int api_g6calc_lasthalf2(int clusterid, int nj, int ni, const int /*index*/[], double /*xi*/[][3],
                                double /*vi*/[][3], double /*eps2*/, const double /*h2*/[], double acc[][3],
                                double jerk[][3], double pot[], int nnbindex[]) {
   return gravpipe::grape6::lasthalf("g6calc_lasthalf2", true, clusterid, nj, ni, acc, jerk, pot, nnbindex);
 }
 
-G6_EXPORT int g6_read_neighbour_list(int clusterid) {
+int api_g6_read_neighbour_list(int clusterid) {
   return guarded("g6_read_neighbour_list", [&](Registry& r) { return r.at(clusterid).read_neighbour_list(); });
 }
 
-G6_EXPORT int g6_get_neighbour_list(int clusterid, int ipipe, int maxlength, int* nblen, int nbl[]) {
+int api_g6_get_neighbour_list(int clusterid, int ipipe, int maxlength, int* nblen, int nbl[]) {
   return guarded("g6_get_neighbour_list", [&](Registry& r) {
     gravpipe::grape6::Context& ctx = r.at(clusterid);
     if (nblen == nullptr || (maxlength > 0 && nbl == nullptr)) throw InputError("nblen or nbl is NULL");
@@ -287,7 +307,7 @@ G6_EXPORT int g6_get_neighbour_list(int clusterid, int ipipe, int maxlength, int
   });
 }
 
-G6_EXPORT int gravpipe_g6_set_precision(int clusterid, int precision) {
+int api_gravpipe_g6_set_precision(int clusterid, int precision) {
   return guarded("gravpipe_g6_set_precision", [&](Registry& r) {
     gravpipe::grape6::Context& ctx = r.at(clusterid);
     if (precision != GRAVPIPE_G6_MIXED && precision != GRAVPIPE_G6_DOUBLE)
@@ -297,7 +317,7 @@ G6_EXPORT int gravpipe_g6_set_precision(int clusterid, int precision) {
   });
 }
 
-G6_EXPORT int gravpipe_g6_get_nearest_r2(int clusterid, int ni, double r2[]) {
+int api_gravpipe_g6_get_nearest_r2(int clusterid, int ni, double r2[]) {
   return guarded("gravpipe_g6_get_nearest_r2", [&](Registry& r) {
     gravpipe::grape6::Context& ctx = r.at(clusterid);
     const std::size_t n = gravpipe::grape6::count_arg(ni, "ni");
@@ -307,6 +327,8 @@ G6_EXPORT int gravpipe_g6_get_nearest_r2(int clusterid, int ni, double r2[]) {
   });
 }
 
+}  // namespace
+
 // ---- Fortran interface: the same calls, every argument by reference -----------------------
 
 namespace {
@@ -314,57 +336,110 @@ int deref(const int* p) { return p ? *p : std::numeric_limits<int>::min(); }  //
 double deref(const double* p) { return p ? *p : std::numeric_limits<double>::quiet_NaN(); }
 }  // namespace
 
-G6_EXPORT int g6_open_(const int* clusterid) { return g6_open(deref(clusterid)); }
-G6_EXPORT int g6_close_(const int* clusterid) { return g6_close(deref(clusterid)); }
-G6_EXPORT int g6_reset_(const int* clusterid) { return g6_reset(deref(clusterid)); }
-G6_EXPORT int g6_reset_fofpga_(const int* clusterid) { return g6_reset_fofpga(deref(clusterid)); }
-G6_EXPORT int g6_npipes_(void) { return g6_npipes(); }
+G6_EXPORT int g6_open_(const int* clusterid) { return api_g6_open(deref(clusterid)); }
+G6_EXPORT int g6_close_(const int* clusterid) { return api_g6_close(deref(clusterid)); }
+G6_EXPORT int g6_reset_(const int* clusterid) { return api_g6_reset(deref(clusterid)); }
+G6_EXPORT int g6_reset_fofpga_(const int* clusterid) { return api_g6_reset_fofpga(deref(clusterid)); }
+G6_EXPORT int g6_npipes_(void) { return api_g6_npipes(); }
 G6_EXPORT int g6_set_tunit_(const void*) { return GRAVPIPE_G6_OK; }
 G6_EXPORT int g6_set_xunit_(const void*) { return GRAVPIPE_G6_OK; }
-G6_EXPORT int g6_set_ti_(const int* clusterid, const double* ti) { return g6_set_ti(deref(clusterid), deref(ti)); }
+G6_EXPORT int g6_set_ti_(const int* clusterid, const double* ti) { return api_g6_set_ti(deref(clusterid), deref(ti)); }
 
 G6_EXPORT int g6_set_j_particle_(const int* clusterid, const int* address, const int* index, const double* tj,
                                  const double* dtj, const double* mass, const double a2by18[3],
                                  const double a1by6[3], const double aby2[3], const double v[3], const double x[3]) {
-  return g6_set_j_particle(deref(clusterid), deref(address), deref(index), deref(tj), deref(dtj), deref(mass),
+  return api_g6_set_j_particle(deref(clusterid), deref(address), deref(index), deref(tj), deref(dtj), deref(mass),
                            a2by18, a1by6, aby2, v, x);
 }
 
 G6_EXPORT int g6_initialize_jp_buffer_(const int* clusterid, const int* buf_size) {
-  return g6_initialize_jp_buffer(deref(clusterid), deref(buf_size));
+  return api_g6_initialize_jp_buffer(deref(clusterid), deref(buf_size));
 }
-G6_EXPORT int g6_flush_jp_buffer_(const int* clusterid) { return g6_flush_jp_buffer(deref(clusterid)); }
+G6_EXPORT int g6_flush_jp_buffer_(const int* clusterid) { return api_g6_flush_jp_buffer(deref(clusterid)); }
 
 G6_EXPORT void g6calc_firsthalf_(const int* clusterid, const int* nj, const int* ni, const int index[],
                                  double xi[][3], double vi[][3], double aold[][3], double j6old[][3],
                                  const double phiold[], const double* eps2, const double h2[]) {
-  g6calc_firsthalf(deref(clusterid), deref(nj), deref(ni), index, xi, vi, aold, j6old, phiold, deref(eps2), h2);
+  api_g6calc_firsthalf(deref(clusterid), deref(nj), deref(ni), index, xi, vi, aold, j6old, phiold, deref(eps2), h2);
 }
 
 G6_EXPORT int g6calc_lasthalf_(const int* clusterid, const int* nj, const int* ni, const int index[],
                                double xi[][3], double vi[][3], const double* eps2, const double h2[],
                                double acc[][3], double jerk[][3], double pot[]) {
-  return g6calc_lasthalf(deref(clusterid), deref(nj), deref(ni), index, xi, vi, deref(eps2), h2, acc, jerk, pot);
+  return api_g6calc_lasthalf(deref(clusterid), deref(nj), deref(ni), index, xi, vi, deref(eps2), h2, acc, jerk, pot);
 }
 
 G6_EXPORT int g6calc_lasthalf2_(const int* clusterid, const int* nj, const int* ni, const int index[],
                                 double xi[][3], double vi[][3], const double* eps2, const double h2[],
                                 double acc[][3], double jerk[][3], double pot[], int nnbindex[]) {
-  return g6calc_lasthalf2(deref(clusterid), deref(nj), deref(ni), index, xi, vi, deref(eps2), h2, acc, jerk, pot,
+  return api_g6calc_lasthalf2(deref(clusterid), deref(nj), deref(ni), index, xi, vi, deref(eps2), h2, acc, jerk, pot,
                           nnbindex);
 }
 
-G6_EXPORT int g6_read_neighbour_list_(const int* clusterid) { return g6_read_neighbour_list(deref(clusterid)); }
+G6_EXPORT int g6_read_neighbour_list_(const int* clusterid) { return api_g6_read_neighbour_list(deref(clusterid)); }
 
 G6_EXPORT int g6_get_neighbour_list_(const int* clusterid, const int* ipipe, const int* maxlength, int* nblen,
                                      int nbl[]) {
-  return g6_get_neighbour_list(deref(clusterid), deref(ipipe), deref(maxlength), nblen, nbl);
+  return api_g6_get_neighbour_list(deref(clusterid), deref(ipipe), deref(maxlength), nblen, nbl);
 }
 
 G6_EXPORT int gravpipe_g6_set_precision_(const int* clusterid, const int* precision) {
-  return gravpipe_g6_set_precision(deref(clusterid), deref(precision));
+  return api_gravpipe_g6_set_precision(deref(clusterid), deref(precision));
 }
 
 G6_EXPORT int gravpipe_g6_get_nearest_r2_(const int* clusterid, const int* ni, double r2[]) {
-  return gravpipe_g6_get_nearest_r2(deref(clusterid), deref(ni), r2);
+  return api_gravpipe_g6_get_nearest_r2(deref(clusterid), deref(ni), r2);
+}
+
+// ---- C interface ----------------------------------------------------------------------------
+
+G6_EXPORT int g6_open(int clusterid) { return api_g6_open(clusterid); }
+G6_EXPORT int g6_close(int clusterid) { return api_g6_close(clusterid); }
+G6_EXPORT int g6_reset(int clusterid) { return api_g6_reset(clusterid); }
+G6_EXPORT int g6_reset_fofpga(int clusterid) { return api_g6_reset_fofpga(clusterid); }
+G6_EXPORT int g6_npipes(void) { return api_g6_npipes(); }
+G6_EXPORT int g6_set_tunit(int tunit) { return api_g6_set_tunit(tunit); }
+G6_EXPORT int g6_set_xunit(int xunit) { return api_g6_set_xunit(xunit); }
+G6_EXPORT int g6_set_ti(int clusterid, double ti) { return api_g6_set_ti(clusterid, ti); }
+
+G6_EXPORT int g6_set_j_particle(int clusterid, int address, int index, double tj, double dtj, double mass,
+                                const double a2by18[3], const double a1by6[3], const double aby2[3],
+                                const double v[3], const double x[3]) {
+  return api_g6_set_j_particle(clusterid, address, index, tj, dtj, mass, a2by18, a1by6, aby2, v, x);
+}
+
+G6_EXPORT int g6_initialize_jp_buffer(int clusterid, int buf_size) {
+  return api_g6_initialize_jp_buffer(clusterid, buf_size);
+}
+G6_EXPORT int g6_flush_jp_buffer(int clusterid) { return api_g6_flush_jp_buffer(clusterid); }
+
+G6_EXPORT void g6calc_firsthalf(int clusterid, int nj, int ni, const int index[], double xi[][3], double vi[][3],
+                                double aold[][3], double j6old[][3], const double phiold[], double eps2,
+                                const double h2[]) {
+  api_g6calc_firsthalf(clusterid, nj, ni, index, xi, vi, aold, j6old, phiold, eps2, h2);
+}
+
+G6_EXPORT int g6calc_lasthalf(int clusterid, int nj, int ni, const int index[], double xi[][3], double vi[][3],
+                              double eps2, const double h2[], double acc[][3], double jerk[][3], double pot[]) {
+  return api_g6calc_lasthalf(clusterid, nj, ni, index, xi, vi, eps2, h2, acc, jerk, pot);
+}
+
+G6_EXPORT int g6calc_lasthalf2(int clusterid, int nj, int ni, const int index[], double xi[][3], double vi[][3],
+                               double eps2, const double h2[], double acc[][3], double jerk[][3], double pot[],
+                               int nnbindex[]) {
+  return api_g6calc_lasthalf2(clusterid, nj, ni, index, xi, vi, eps2, h2, acc, jerk, pot, nnbindex);
+}
+
+G6_EXPORT int g6_read_neighbour_list(int clusterid) { return api_g6_read_neighbour_list(clusterid); }
+
+G6_EXPORT int g6_get_neighbour_list(int clusterid, int ipipe, int maxlength, int* nblen, int nbl[]) {
+  return api_g6_get_neighbour_list(clusterid, ipipe, maxlength, nblen, nbl);
+}
+
+G6_EXPORT int gravpipe_g6_set_precision(int clusterid, int precision) {
+  return api_gravpipe_g6_set_precision(clusterid, precision);
+}
+
+G6_EXPORT int gravpipe_g6_get_nearest_r2(int clusterid, int ni, double r2[]) {
+  return api_gravpipe_g6_get_nearest_r2(clusterid, ni, r2);
 }
