@@ -9,7 +9,6 @@
 #include <string>
 
 #include "gravpipe/error.hpp"
-#include "gravpipe/morton.hpp"
 
 namespace gravpipe::grape6 {
 
@@ -118,7 +117,7 @@ void Context::write_pipeline(double eps2) {
   const Span<const double> pos(pred_.pos.data(), 3 * nj), vel(pred_.vel.data(), 3 * nj);
   if (pipe_layout_ != jmem_.layout_version() || pipe_nj_ != nj || updates_since_sort_ >= kUpdatesPerSort) {
     pipe_->set_j(pos, {pred_.mass.data(), nj}, vel);
-    order_ = morton_order(pos);
+    order_ = kd_order(pos);
     pipe_layout_ = jmem_.layout_version();
     pipe_nj_ = nj;
     updates_since_sort_ = 0;
@@ -131,7 +130,7 @@ void Context::write_pipeline(double eps2) {
 
 void Context::ensure_neighbour_tiles() {
   if (search_stamp_ == pred_stamp_) return;
-  if (order_.size() != pred_.size()) order_ = morton_order({pred_.pos.data(), pred_.pos.size()});
+  if (order_.size() != pred_.size()) order_ = kd_order({pred_.pos.data(), pred_.pos.size()});
   search_.build(pred_, order_);
   search_stamp_ = pred_stamp_;
 }

@@ -90,7 +90,7 @@ class Context {
   std::size_t pipe_nj_ = 0;
   int updates_since_sort_ = 0;
 
-  // Morton order of the j-set at the last re-sort, and neighbour tiles over pred_
+  // k-d order of the j-set at the last re-sort, and neighbour tiles over pred_
   std::vector<std::int64_t> order_;
   NeighbourSearch search_;
   std::uint64_t search_stamp_ = ~std::uint64_t{0};
