@@ -101,7 +101,6 @@ int guarded(const char* call, F&& f) {
   return GRAVPIPE_G6_ERROR;
 }
 
-
 void require(bool ok, const char* what) {
   if (!ok) throw InputError(what);
 }
