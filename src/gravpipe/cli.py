@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("-o", "--output", required=True, help="output snapshot (HDF5)")
 
     _add_run_parser(sub)
+    _add_config_parser(sub)
 
     info = sub.add_parser("info", help="describe a snapshot")
     info.add_argument("file")
@@ -183,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     _document_numbers(parser)
     return parser
+
+
+def _add_config_parser(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("config", help="flags to link legacy GRAPE-6 codes against libgravpipe_g6 (GRAPE-6 interface)")
+    for flag, what in (("--cflags", "compiler flags (include path of gravpipe/g6.h)"),
+                       ("--libs", "linker flags (-L, rpath, -lgravpipe_g6)"),
+                       ("--g6-libdir", "folder of libgravpipe_g6.so"),
+                       ("--includedir", "folder holding gravpipe/g6.h"),
+                       ("--pkgconfigdir", "folder of gravpipe_g6.pc, for PKG_CONFIG_PATH")):
+        c.add_argument(flag, action="store_true", help=what)
 
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
@@ -832,8 +843,20 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print the requested flags on one line (all of --cflags --libs when none is asked)."""
+    from gravpipe import grape6
+
+    grape6.check_installed()
+    parts = {"cflags": grape6.cflags, "libs": grape6.libs, "g6_libdir": lambda: str(grape6.libdir()),
+             "includedir": lambda: str(grape6.includedir()), "pkgconfigdir": lambda: str(grape6.pkgconfig_dir())}
+    wanted = [key for key in parts if getattr(args, key)] or ["cflags", "libs"]
+    print(" ".join(parts[key]() for key in wanted))
+    return 0
+
+
 COMMANDS = {"forces": cmd_forces, "ic": cmd_ic, "run": cmd_run, "info": cmd_info, "plot": cmd_plot,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "config": cmd_config}
 
 if __name__ == "__main__":
     sys.exit(main())
