@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 
@@ -59,6 +60,6 @@ void bind_parallel(nb::module_& m) {
            },
            nb::arg("pos_i"), nb::arg("vel_i").none(), nb::arg("exclude").none(), nb::arg("acc"), nb::arg("pot"),
            nb::arg("jerk").none(), nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("j_begin", &JParallelForces::j_begin)
-      .def_prop_ro("j_end", &JParallelForces::j_end);
+      .def_prop_ro("mine", [](const JParallelForces& p) { return p.mine(); },
+                   "The caller's indices of this rank's j-particles (curve order).");
 }

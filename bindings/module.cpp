@@ -66,6 +66,10 @@ NB_MODULE(_core, m) {
         "The instruction set a CPU kernel asked for `name` runs (\"auto\": GRAVPIPE_ISA if set, "
         "else the best); ValueError for an unknown name, RuntimeError for a missing one.");
   m.def("max_threads", [] { return omp_get_max_threads(); }, "OpenMP threads available.");
+  m.def("set_max_threads", [](int n) {
+    if (n < 1) throw gravpipe::InputError("threads: must be >= 1, got " + std::to_string(n));
+    omp_set_num_threads(n);
+  }, nb::arg("n"), "OpenMP threads of this process's later parallel loops (an MPI rank's share of its cores).");
   m.def("cuda_report", [] {
     const auto r = gravpipe::cuda::query_devices();
     nb::dict d;

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gravpipe import diagnostics, integrators, parallel
+from gravpipe import _core, diagnostics, integrators, parallel
 from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
@@ -154,8 +154,11 @@ class Simulation:
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec, self._kind = spec, kind
         self.comm = parallel.resolve_comm(comm)
-        if self.comm is not None and threads is None and backend != "cuda":
-            threads = parallel.threads_per_rank(self.comm)
+        if self.comm is not None and backend != "cuda":
+            threads = parallel.threads_per_rank(self.comm) if threads is None else threads
+            # the integrator's own loops (predict, correct, schedule) too: ranks sharing a
+            # machine would otherwise each start a thread per core and spin against each other
+            _core.set_max_threads(threads)
         self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads,
                                   comm=self.comm, **gparams)
         self._mass = np.array(particles.mass)
