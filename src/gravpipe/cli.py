@@ -404,10 +404,15 @@ def cmd_ic(args: argparse.Namespace) -> int:
     import gravpipe as gp
     from gravpipe import io
 
-    make = {"plummer": gp.ic.plummer, "uniform-sphere": gp.ic.uniform_sphere, "uniform-cube": gp.ic.uniform_cube}
-    p = make[args.model](args.n, seed=args.seed)
-    io.write_snapshot(args.output, p, 0.0, parameters={"ic": args.model, "seed": -1 if args.seed is None else args.seed})
-    print(f"wrote {args.output}: {args.model}, N = {p.n}")
+    parameters = {"ic": args.model, "seed": -1 if args.seed is None else args.seed}
+    if args.model in gp.ic.BLOCK_MODELS:  # block by block: any N, one block in memory
+        with io.streamed_snapshot(args.output, args.n, 0.0, parameters=parameters) as out:
+            for block in gp.ic.model_blocks(args.model, args.n, seed=args.seed):
+                out.write(block)
+    else:
+        make = {"uniform-sphere": gp.ic.uniform_sphere}
+        io.write_snapshot(args.output, make[args.model](args.n, seed=args.seed), 0.0, parameters=parameters)
+    print(f"wrote {args.output}: {args.model}, N = {args.n}")
     return 0
 
 

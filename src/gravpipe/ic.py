@@ -8,6 +8,16 @@ mass ``mass / n``; the centre of mass is at the origin and at rest.
 Units are N-body (Henon) units by default, G = M = 1; ``plummer`` is further scaled so
 that E = -1/4 (virial radius 1).
 
+Models of any N, block by block: ``plummer_blocks`` and ``uniform_cube_blocks`` draw the
+same models in blocks of at most ``block`` particles (default ``IC_BLOCK``), block k from
+its own random stream (``SeedSequence(seed, spawn_key=(k,))``; block 0 from the seed
+itself), so that a model of 1e8 particles goes to a file with one block in memory.
+Centring needs sums over the whole model, so the blocks are drawn twice: a first pass adds
+up what the centring needs, a second draws every block again and yields it centred (about
+0.6 s per 1e6 Plummer particles per pass on one Zen 3 core). Both paths give the same bits:
+``plummer(n, seed)`` with n > ``IC_BLOCK`` is the concatenation of its blocks, and with
+n <= ``IC_BLOCK`` there is one block, drawn exactly as before.
+
 References
 ----------
 Aarseth, S. J., Henon, M. & Wielen, R. 1974, A&A 37, 183 (1974A&A....37..183A),
@@ -19,14 +29,16 @@ Henon, M. 1971, Ap&SS 14, 151; Heggie, D. C. & Mathieu, R. D. 1986, LNP 267, 233
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from gravpipe._validate import check_positive_scalar
 from gravpipe.particles import Particles
 
-__all__ = ["plummer", "uniform_sphere", "uniform_cube", "PLUMMER_SCALE_LENGTH",
-           "PLUMMER_MASS_CUTOFF", "CUBE_VIRIAL_MAX_N"]
+__all__ = ["plummer", "uniform_sphere", "uniform_cube", "plummer_blocks", "uniform_cube_blocks", "model_blocks",
+           "block_for_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
+           "CUBE_VIRIAL_MAX_N"]
 
 #: Plummer scale length a in N-body units: E = -3 pi G M^2 / (64 a) = -1/4 for G = M = 1.
 PLUMMER_SCALE_LENGTH = 3.0 * np.pi / 16.0
@@ -89,22 +101,37 @@ def plummer(n: int, seed: int | None = None, *, G: float = 1.0, mass: float = 1.
     n = _check_n(n, minimum=2, why=" for a Plummer model")
     G = check_positive_scalar("G", G, allow_zero=False)
     mass = check_positive_scalar("mass", mass, allow_zero=False)
-    rng = _make_rng(seed)
+    if n <= IC_BLOCK:
+        return _plummer_one_block(n, seed, G, mass)
+    return _concatenate(plummer_blocks(n, seed, G=G, mass=mass, block=IC_BLOCK))
 
+
+def _plummer_raw(rng: np.random.Generator, n: int, G: float, mass: float, n_total: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """pos (n, 3), vel (n, 3), mass (n,) of n particles of a Plummer model of n_total, not centred."""
     # Structural units G = M = a = 1 first, as in the paper; scale at the end.
     r = _plummer_radius(PLUMMER_MASS_CUTOFF * rng.random(n))
     pos = r[:, None] * _isotropic_directions(rng, n)
     speed = _plummer_speed_ratio(rng, n) * np.sqrt(2.0) * (1.0 + r * r) ** -0.25
     vel = speed[:, None] * _isotropic_directions(rng, n)
-
     a = PLUMMER_SCALE_LENGTH
     pos *= a
     vel *= np.sqrt(G * mass / a)
-    m = np.full(n, mass / n)
+    return pos, vel, np.full(n, mass / n_total)
+
+
+def _plummer_one_block(n: int, seed: int | None, G: float, mass: float) -> Particles:
+    pos, vel, m = _plummer_raw(_make_rng(seed), n, G, mass, n)
     # A rigid shift is fine here: the Plummer sphere has no edge to push particles across.
     pos -= _mass_weighted_mean(pos, m)
     vel -= _mass_weighted_mean(vel, m)
     return Particles(pos, vel, m)
+
+
+def _concatenate(blocks: Iterator[Particles]) -> Particles:
+    parts = list(blocks)
+    return Particles(np.concatenate([p.pos for p in parts]), np.concatenate([p.vel for p in parts]),
+                     np.concatenate([p.mass for p in parts]), id=np.concatenate([p.id for p in parts]))
 
 
 def uniform_sphere(n: int, seed: int | None = None, *, radius: float = 1.0, mass: float = 1.0,
@@ -210,12 +237,131 @@ def uniform_cube(n: int, seed: int | None = None, *, side: float = 1.0, mass: fl
     if q > 0 and n > CUBE_VIRIAL_MAX_N:
         raise ValueError(f"n: virial scaling of a cube needs n <= {CUBE_VIRIAL_MAX_N} "
                          f"(W is summed directly over pairs), got {n}")
+    if q == 0 and n > IC_BLOCK:
+        return _concatenate(uniform_cube_blocks(n, seed, side=side, mass=mass, block=IC_BLOCK))
     rng = _make_rng(seed)
     pos = _centred_box(rng, n, 0.5 * side)
     m = np.full(n, mass / n)
     w = _pair_potential_energy(pos, m, G) if q > 0 else 0.0
     vel = _virial_velocities(rng, m, q, w)
     return Particles(pos, vel, m)
+
+
+# --- models of any N, block by block ----------------------------------------
+
+#: Particles per block by default: 4 Mi particles are ~230 MB of pos, vel and mass, and
+#: ~1 GB with the sampler's temporaries.
+IC_BLOCK = 1 << 22
+
+#: Bytes of memory per particle of a block while it is drawn (pos, vel, mass, id and the
+#: sampler's temporaries): peak RSS growth measured at 295 for Plummer blocks of 2^20
+#: (numpy 2.4), with a margin.
+BYTES_PER_BLOCK_PARTICLE = 320
+
+
+def block_for_budget(budget_bytes: int) -> int:
+    """The largest block (particles) whose drawing fits in ``budget_bytes``, at most
+    IC_BLOCK. Raises ValueError when not even 1024 particles fit."""
+    block = min(IC_BLOCK, int(budget_bytes) // BYTES_PER_BLOCK_PARTICLE)
+    if block < 1024:
+        raise ValueError(f"memory budget {budget_bytes} bytes is too small to draw initial conditions: "
+                         f"the least that works is {1024 * BYTES_PER_BLOCK_PARTICLE} bytes")
+    return block
+
+
+def _block_streams(seed: int | None, n: int, block: int) -> list[tuple[int, int, np.random.SeedSequence]]:
+    """(start, stop, seed sequence) of every block; fresh entropy is drawn once for seed=None."""
+    try:
+        root = np.random.SeedSequence(seed)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"seed: expected None or a non-negative integer, got {seed!r} ({exc})") from None
+    starts = range(0, n, block)
+    return [(s, min(s + block, n),
+             root if k == 0 else np.random.SeedSequence(root.entropy, spawn_key=(k,)))
+            for k, s in enumerate(starts)]
+
+
+def _check_block(block: int) -> int:
+    if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"block: expected an integer >= 1, got {block!r}")
+    return int(block)
+
+
+def plummer_blocks(n: int, seed: int | None = None, *, G: float = 1.0, mass: float = 1.0,
+                   block: int = IC_BLOCK) -> Iterator[Particles]:
+    """The Plummer sphere of ``plummer`` (same sampling, scaling and arguments) as
+    consecutive blocks of at most ``block`` particles, ids n0 .. n0 + len - 1, centre of
+    mass at the origin and at rest over the whole model. Raises ValueError as
+    ``plummer`` does, and for ``block`` not an integer >= 1."""
+    n = _check_n(n, minimum=2, why=" for a Plummer model")
+    G = check_positive_scalar("G", G, allow_zero=False)
+    mass = check_positive_scalar("mass", mass, allow_zero=False)
+    block = _check_block(block)
+    if n <= block:
+        yield _plummer_one_block(n, seed, G, mass)
+        return
+    streams = _block_streams(seed, n, block)
+    draw = lambda s, e, ss: _plummer_raw(np.random.default_rng(ss), e - s, G, mass, n)  # noqa: E731
+    sums = np.zeros((2, 3))
+    total_mass = 0.0
+    for s, e, ss in streams:  # pass 1: the centre of mass, summed block by block
+        pos, vel, m = draw(s, e, ss)
+        sums += (m @ pos, m @ vel)
+        total_mass += m.sum()
+    com_pos, com_vel = sums / total_mass
+    for s, e, ss in streams:  # pass 2: the same blocks again, centred
+        pos, vel, m = draw(s, e, ss)
+        pos -= com_pos
+        vel -= com_vel
+        yield Particles(pos, vel, m, id=np.arange(s, e, dtype=np.int64))
+
+
+def uniform_cube_blocks(n: int, seed: int | None = None, *, side: float = 1.0, mass: float = 1.0,
+                        block: int = IC_BLOCK) -> Iterator[Particles]:
+    """The cold uniform cube of ``uniform_cube`` (virial_ratio 0; a virial cube needs
+    an O(n^2) potential and n <= CUBE_VIRIAL_MAX_N, which fits one block) as blocks of
+    at most ``block`` particles. Each axis's mean is removed by the displacement that
+    vanishes on the faces (``_remove_mean_inside``), with the sums taken over all
+    blocks. Raises ValueError as ``uniform_cube`` does; for a model of several blocks
+    whose mean cannot be removed that way (only plausible for a few particles, which never
+    span several blocks) it raises instead of redrawing."""
+    n = _check_n(n, minimum=1)
+    side = check_positive_scalar("side", side, allow_zero=False)
+    mass = check_positive_scalar("mass", mass, allow_zero=False)
+    block = _check_block(block)
+    if n <= block:
+        yield uniform_cube(n, seed, side=side, mass=mass)
+        return
+    half = 0.5 * side
+    streams = _block_streams(seed, n, block)
+    draw = lambda s, e, ss: np.random.default_rng(ss).uniform(-half, half, size=(e - s, 3))  # noqa: E731
+    x_sum, w_sum = np.zeros(3), np.zeros(3)
+    for s, e, ss in streams:  # pass 1: the mean of each axis and of its distance to the faces
+        x = draw(s, e, ss)
+        x_sum += x.sum(axis=0)
+        w_sum += (half - np.abs(x)).sum(axis=0)
+    c, w_mean = x_sum / n, w_sum / n
+    if not np.all(np.abs(c) <= w_mean):
+        raise ValueError(f"uniform cube of {n} particles: the sample's mean {c} cannot be removed "
+                         "inside the cube; use another seed")
+    for s, e, ss in streams:  # pass 2: centred
+        x = draw(s, e, ss)
+        x -= (half - np.abs(x)) / w_mean * c
+        yield Particles(x, np.zeros_like(x), np.full(e - s, mass / n), id=np.arange(s, e, dtype=np.int64))
+
+
+#: The models that can be drawn block by block, by their CLI names.
+BLOCK_MODELS: dict[str, Callable[..., Iterator[Particles]]] = {
+    "plummer": plummer_blocks,
+    "uniform-cube": uniform_cube_blocks,
+}
+
+
+def model_blocks(model: str, n: int, seed: int | None = None, *, block: int = IC_BLOCK) -> Iterator[Particles]:
+    """Blocks of a model by its CLI name (``BLOCK_MODELS``); ValueError naming the ones that stream."""
+    if model not in BLOCK_MODELS:
+        raise ValueError(f"model {model!r} cannot be drawn block by block; these can: {', '.join(BLOCK_MODELS)}")
+    return BLOCK_MODELS[model](n, seed, block=block)
 
 
 # --- argument checks -----------------------------------------------------------------

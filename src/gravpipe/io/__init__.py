@@ -7,6 +7,12 @@
                                                   # .parameters .integrator_state
     print(io.describe("snap_0001.h5"))
 
+    with io.streamed_snapshot("big.h5", n, time=0.0) as out:   # any N, block by block
+        for block in gp.ic.plummer_blocks(n, seed=1):
+            out.write(block)
+    with io.open_blocks("big.h5") as snap:
+        for block in snap.blocks(1 << 20): ...
+
 yt (``yt.load``) and pynbody open the files directly; files from GADGET, AREPO and similar
 codes in the same layout are read with ``read_snapshot(path, part_type=k)``.
 """
@@ -14,8 +20,11 @@ codes in the same layout are read with ``read_snapshot(path, part_type=k)``.
 from gravpipe.io.atomic import atomic_open, atomic_path
 from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, HeaderAttr, SnapshotField
 from gravpipe.io.snapshot import Snapshot, SnapshotError, describe, read, read_snapshot, write_snapshot
+from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
+    "BlockReader",
+    "BlockWriter",
     "FORMAT_VERSION",
     "HEADER_ATTRS",
     "PARTICLE_FIELDS",
@@ -26,7 +35,9 @@ __all__ = [
     "atomic_open",
     "atomic_path",
     "describe",
+    "open_blocks",
     "read",
     "read_snapshot",
+    "streamed_snapshot",
     "write_snapshot",
 ]

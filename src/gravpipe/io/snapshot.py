@@ -562,6 +562,17 @@ def _scalar_attr(group: h5py.Group, name: str, where: str, *, required: bool) ->
 
 
 def _read_field(group: h5py.Group, field: SnapshotField, n: int, where: str) -> np.ndarray | None:
+    obj = _checked_dataset(group, field, n, where)
+    if obj is None:
+        return None
+    data = obj[...]
+    if field.dtype.kind == "f":
+        data = data.astype(np.float64, copy=False)  # float32 files upcast; float64 untouched
+    return data
+
+
+def _checked_dataset(group: h5py.Group, field: SnapshotField, n: int, where: str) -> h5py.Dataset | None:
+    """The field's dataset after checking its shape against N and its dtype kind; None if absent."""
     obj = group.get(field.name)
     if obj is None:
         return None
@@ -575,10 +586,7 @@ def _read_field(group: h5py.Group, field: SnapshotField, n: int, where: str) -> 
     if not field.accepts(obj.dtype):
         kind = "a float" if field.dtype.kind == "f" else "an integer"
         raise SnapshotError(f"{where}/{field.name} has dtype {obj.dtype}, expected {kind} dtype")
-    data = obj[...]
-    if field.dtype.kind == "f":
-        data = data.astype(np.float64, copy=False)  # float32 files upcast; float64 untouched
-    return data
+    return obj
 
 
 def _masses_from_table(header: h5py.Group, part_type: int, n: int, where: str) -> np.ndarray:

@@ -1,0 +1,172 @@
+"""Snapshots of any N, written and read block by block, never whole in memory.
+
+The layout is ``write_snapshot``'s (GADGET-4, ``fields``), with chunked datasets of
+``CHUNK_ROWS`` rows so that a block's slice touches only its own chunks; yt, pynbody and
+``read_snapshot`` open these files like any other snapshot.
+
+    from gravpipe import ic, io
+    with io.streamed_snapshot("big.h5", n, time=0.0, parameters={"ic": "plummer"}) as out:
+        for block in ic.plummer_blocks(n, seed=1):
+            out.write(block)                     # blocks in id order, ids 0 .. n-1
+    with io.open_blocks("big.h5") as snap:       # snap.n, snap.time, snap.parameters
+        for block in snap.blocks(1 << 20):       # Particles of <= 2^20 each, in file order
+            ...
+
+Writing is atomic as for ``write_snapshot``: the file appears under its name only once
+all n particles are written and synced; a writer that stops early (an exception, fewer
+particles than announced) leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from gravpipe.io.atomic import atomic_path
+from gravpipe.io.fields import GRAVPIPE_PART_TYPE, HEADER_GROUP, PARAMETERS_GROUP, PARTICLE_FIELDS, part_group_name
+from gravpipe.io.snapshot import (
+    Scalar,
+    SnapshotError,
+    _attrs_to_dict,
+    _checked_dataset,
+    _checked_part_type,
+    _existing_file,
+    _finite_float,
+    _header_group,
+    _ids_for_file,
+    _masses_from_table,
+    _open_snapshot,
+    _parameters_for_file,
+    _read_header,
+    _write_attrs,
+    _write_header,
+)
+from gravpipe.particles import Particles
+
+__all__ = ["CHUNK_ROWS", "BlockWriter", "BlockReader", "streamed_snapshot", "open_blocks"]
+
+#: Rows per HDF5 chunk: 65536 particles are 1.5 MiB of Coordinates, large enough for
+#: sequential disk bandwidth, small enough that a block's slice reads little beyond it.
+CHUNK_ROWS = 1 << 16
+
+# the fields a streamed snapshot holds, by Particles attribute (``fields.PARTICLE_FIELDS``)
+_STREAMED = ("pos", "vel", "mass", "id")
+
+
+class BlockWriter:
+    """Appends blocks of particles to the datasets of one open snapshot file."""
+
+    def __init__(self, group: h5py.Group, n: int):
+        self.n = n
+        self.written = 0
+        self._datasets: dict[str, h5py.Dataset] = {}
+        for field in PARTICLE_FIELDS:
+            if field.source in _STREAMED:
+                shape = field.shape(n)
+                chunks = (min(n, CHUNK_ROWS),) + shape[1:]
+                ds = group.create_dataset(field.name, shape=shape, dtype=field.dtype, chunks=chunks)
+                ds.attrs["unit"] = field.unit
+                ds.attrs["description"] = field.description
+                self._datasets[field.source] = ds
+
+    def write(self, block: Particles) -> None:
+        """Write ``block`` (a Particles set) as the next ``block.n`` particles of the file.
+
+        Raises TypeError for a non-Particles block, ValueError when it would go past the n
+        announced, or for a negative id (ParticleIDs are uint64)."""
+        if not isinstance(block, Particles):
+            raise TypeError(f"block: expected gravpipe.Particles, got {type(block).__name__}")
+        start, stop = self.written, self.written + block.n
+        if stop > self.n:
+            raise ValueError(f"block of {block.n} particles after {start} written goes past the "
+                             f"{self.n} particles announced for this snapshot")
+        arrays = {"pos": block.pos, "vel": block.vel, "mass": block.mass, "id": _ids_for_file(block.id)}
+        for source, ds in self._datasets.items():
+            ds[start:stop] = arrays[source]
+        self.written = stop
+
+    def check_complete(self) -> None:
+        if self.written != self.n:
+            raise ValueError(f"streamed snapshot: {self.written} of the {self.n} particles announced were "
+                             "written; the file is not created")
+
+
+@contextmanager
+def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
+                      parameters: Mapping[str, Scalar] | None = None) -> Iterator[BlockWriter]:
+    """Open a snapshot of ``n`` particles at ``time`` for writing block by block.
+
+    Yields a :class:`BlockWriter`; the file is renamed into place at ``path`` when the
+    block ends with all n particles written. ``parameters`` as for ``write_snapshot``.
+    Errors as ``write_snapshot`` (ValueError before anything is written, OSError naming
+    ``path`` and the reason); ValueError when fewer than n particles were written.
+    """
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n: expected an integer >= 1, got {n!r}")
+    time_f = _finite_float("time", time)
+    params = _parameters_for_file(parameters)
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            _write_header(f.create_group(HEADER_GROUP), int(n), time_f)
+            writer = BlockWriter(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), int(n))
+            _write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True), params)
+            yield writer
+            writer.check_complete()
+            f.flush()
+
+
+class BlockReader:
+    """An open snapshot read in blocks: ``n``, ``time``, ``parameters`` and ``blocks(rows)``."""
+
+    def __init__(self, f: h5py.File, path: Path, part_type: int):
+        self._f, self.path = f, path
+        self._header = _header_group(f, path)
+        self.n, self.time = _read_header(self._header, path, part_type)
+        self.part_type = part_type
+        where = f"{path}: /{part_group_name(part_type)}"
+        group = f.get(part_group_name(part_type))
+        if not isinstance(group, h5py.Group):
+            raise SnapshotError(f"{where}: no such group (NumPart_ThisFile[{part_type}] = {self.n})")
+        self._datasets = {field.source: _checked_dataset(group, field, self.n, where)
+                          for field in PARTICLE_FIELDS if field.source in _STREAMED}
+        for field in PARTICLE_FIELDS:
+            if field.source in _STREAMED and field.required and self._datasets[field.source] is None:
+                raise SnapshotError(f"{where}/{field.name} is missing ({field.description} are required)")
+        self._where = where
+        params = f.get(PARAMETERS_GROUP)
+        self.parameters: dict[str, Any] = _attrs_to_dict(params.attrs) if params is not None else {}
+
+    def blocks(self, rows: int) -> Iterator[Particles]:
+        """Particles of at most ``rows`` each, in file order (float datasets as float64)."""
+        if isinstance(rows, (bool, np.bool_)) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise ValueError(f"rows: expected an integer >= 1, got {rows!r}")
+        for start in range(0, self.n, int(rows)):
+            yield self._block(start, min(start + int(rows), self.n))
+
+    def _block(self, start: int, stop: int) -> Particles:
+        data = {source: None if ds is None else ds[start:stop] for source, ds in self._datasets.items()}
+        for source in ("pos", "vel", "mass"):
+            if data[source] is not None:
+                data[source] = data[source].astype(np.float64, copy=False)
+        if data["mass"] is None:
+            data["mass"] = _masses_from_table(self._header, self.part_type, stop - start, self._where)
+        try:
+            return Particles(data["pos"], data["vel"], data["mass"], data["id"])
+        except ValueError as exc:
+            raise SnapshotError(f"{self._where}, particles {start}..{stop - 1}: {exc}") from None
+
+
+@contextmanager
+def open_blocks(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PART_TYPE) -> Iterator[BlockReader]:
+    """Open a snapshot (any GADGET-layout HDF5 file) to read it block by block. Errors as
+    ``read_snapshot``: FileNotFoundError, OSError naming the file, SnapshotError."""
+    part_type = _checked_part_type(part_type)
+    p = _existing_file(path)
+    with _open_snapshot(p) as f:
+        yield BlockReader(f, p, part_type)
