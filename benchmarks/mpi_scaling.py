@@ -28,6 +28,9 @@ from gravpipe.parallel import JParallelGravity
 
 
 def direct(comm, n: int, threads: int, repeat: int) -> dict:
+    # as Simulation does on ranks: every OpenMP loop of this process (the j-slice's curve
+    # sort too) takes this rank's share of the cores, or P ranks spin against each other
+    gp._core.set_max_threads(threads)
     p = gp.ic.plummer(n, seed=1)
     if comm.Get_size() > 1:
         src = JParallelGravity(comm, 1 / 64, 1.0, "cpu", "mixed", threads)
