@@ -135,3 +135,22 @@ def test_cli_ic_streams_the_same_model(tmp_path):
                         "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert np.array_equal(io.read(out)[0].pos, ic.uniform_cube(5000, seed=8).pos)
+
+
+def test_yt_and_pynbody_open_a_streamed_snapshot(tmp_path):
+    """Chunked datasets are transparent to other readers: both see every particle."""
+    path = tmp_path / "streamed.hdf5"
+    with io.streamed_snapshot(path, 5000, 0.0) as out:
+        for block in ic.plummer_blocks(5000, seed=6, block=2000):
+            out.write(block)
+    ref = io.read(path)[0]
+    order = np.argsort(ref.id)
+    yt = pytest.importorskip("yt")
+    ad = yt.load(str(path)).all_data()
+    ids = ad["PartType1", "ParticleIDs"].d.astype(np.int64)
+    pos = ad["PartType1", "Coordinates"].to("code_length").d
+    np.testing.assert_allclose(pos[np.argsort(ids)], ref.pos[order], rtol=1e-12, atol=0)
+    pynbody = pytest.importorskip("pynbody")
+    s = pynbody.load(str(path))
+    ids = np.asarray(s["iord"]).astype(np.int64)
+    np.testing.assert_allclose(np.asarray(s["pos"])[np.argsort(ids)], ref.pos[order], rtol=1e-12, atol=0)
