@@ -10,9 +10,11 @@
 
 #include "ndarray_views.hpp"
 
+#include "gravpipe/callback_forces.hpp"
 #include "gravpipe/j_parallel_forces.hpp"
 
 namespace nb = nanobind;
+using gravpipe::CallbackForces;
 using gravpipe::ForceProvider;
 using gravpipe::JParallelForces;
 using gravpipe::Span;
@@ -30,6 +32,24 @@ nb::object view_of(Span<double> s) {
   return nb::cast(View(s.data(), 1, shape, nb::handle()), nb::rv_policy::reference);
 }
 
+// A read-only numpy array over a const buffer, valid during the call only.
+nb::object const_view_of(Span<const double> s) {
+  const std::size_t shape[1] = {s.size()};
+  using ConstView = nb::ndarray<nb::numpy, const double, nb::ndim<1>>;
+  return nb::cast(ConstView(s.data(), 1, shape, nb::handle()), nb::rv_policy::reference);
+}
+
+CallbackForces::Compute python_compute(nb::callable compute) {
+  return [compute](Span<const double> pos, Span<const double> mass, Span<double> acc, Span<double> pot) {
+    nb::gil_scoped_acquire gil;
+    const nb::tuple r = nb::cast<nb::tuple>(compute(const_view_of(pos), const_view_of(mass), view_of(acc),
+                                                    view_of(pot)));
+    if (r.size() != 3) throw gravpipe::InputError("callback forces: compute must return (interactions, "
+                                                  "seconds_j_write, seconds_comm)");
+    return CallbackForces::Work{nb::cast<std::uint64_t>(r[0]), nb::cast<double>(r[1]), nb::cast<double>(r[2])};
+  };
+}
+
 JParallelForces::Reduction python_reduction(nb::callable reduce) {
   return [reduce](Span<double> acc, Span<double> pot, Span<double> jerk) {
     nb::gil_scoped_acquire gil;
@@ -40,6 +60,15 @@ JParallelForces::Reduction python_reduction(nb::callable reduce) {
 }  // namespace
 
 void bind_parallel(nb::module_& m) {
+  nb::class_<CallbackForces, ForceProvider>(m, "CallbackForces")
+      .def("__init__",
+           [](CallbackForces* self, nb::callable compute) {
+             new (self) CallbackForces(python_compute(std::move(compute)));
+           },
+           nb::arg("compute"),
+           "Self-gravity from compute(pos, mass, acc, pot) -> (interactions, seconds_j_write, seconds_comm): "
+           "flat float64 views valid during the call; acc and pot are written in place.");
+
   nb::class_<JParallelForces, ForceProvider>(m, "JParallelForces")
       .def("__init__",
            [](JParallelForces* self, ForceProvider& local, int rank, int ranks, nb::callable reduce) {
