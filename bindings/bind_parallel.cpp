@@ -67,7 +67,19 @@ void bind_parallel(nb::module_& m) {
            },
            nb::arg("compute"),
            "Self-gravity from compute(pos, mass, acc, pot) -> (interactions, seconds_j_write, seconds_comm): "
-           "flat float64 views valid during the call; acc and pot are written in place.");
+           "flat float64 views valid during the call; acc and pot are written in place.")
+      .def("set_j",
+           [](CallbackForces& p, CVec3 pos, CScalars mass, std::optional<CVec3> vel) {
+             p.set_j(span_of(pos), span_of(mass), span_of(vel));
+           },
+           nb::arg("pos"), nb::arg("mass"), nb::arg("vel").none())
+      .def("forces",
+           [](CallbackForces& p, CVec3 pos_i, std::optional<CVec3> vel_i, std::optional<Indices> exclude,
+              Vec3Out acc, ScalarsOut pot, std::optional<Vec3Out> jerk) {
+             p.forces({span_of(pos_i), span_of(vel_i), span_of(exclude), span_of(acc), span_of(pot), span_of(jerk)});
+           },
+           nb::arg("pos_i"), nb::arg("vel_i").none(), nb::arg("exclude").none(), nb::arg("acc"), nb::arg("pot"),
+           nb::arg("jerk").none(), nb::call_guard<nb::gil_scoped_release>());
 
   nb::class_<JParallelForces, ForceProvider>(m, "JParallelForces")
       .def("__init__",
