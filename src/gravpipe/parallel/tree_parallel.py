@@ -37,7 +37,7 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
-from gravpipe.parallel import domain
+from gravpipe.parallel.domain import alltoallv, balanced_splitters, curve_keys, global_frame, migrate, owners
 from gravpipe.pipeline import PipelineStats
 from gravpipe.tree import DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats
 
@@ -183,14 +183,14 @@ class DomainTreeGravity:
 
         # 1. domains by cost along the curve, and migration
         with comm_clock:
-            lo, hi = domain.global_frame(comm, pos[owned])
-        keys = domain.curve_keys(pos[owned], lo, hi, self.threads)
+            lo, hi = global_frame(comm, pos[owned])
+        keys = curve_keys(pos[owned], lo, hi, self.threads)
         with comm_clock:
-            splitters = domain.balanced_splitters(comm, keys, np.maximum(cost[owned], 1))
+            splitters = balanced_splitters(comm, keys, np.maximum(cost[owned], 1))
         send_f = np.column_stack((pos[owned], mass[owned]))
         send_i = np.column_stack((owned, cost[owned]))
         with comm_clock:
-            got_f, got_i, migrated = domain.migrate(comm, domain.owners(keys, splitters), send_f, send_i)
+            got_f, got_i, migrated = migrate(comm, owners(keys, splitters), send_f, send_i)
         order = np.argsort(got_i[:, 0], kind="stable")  # index order: independent of who sent what
         mine, my_pos, my_mass = got_i[order, 0], np.ascontiguousarray(got_f[order, :3]), \
             np.ascontiguousarray(got_f[order, 3])
@@ -247,9 +247,9 @@ class DomainTreeGravity:
         got = np.empty((ranks, 2), np.int64)
         with clock:
             self.comm.Alltoall(sizes, got)
-            recv_f = domain.alltoallv(self.comm, send_f.reshape(-1, 1), sizes[:, 0] * _N_CELL + sizes[:, 1] * _N_PARTICLE,
+            recv_f = alltoallv(self.comm, send_f.reshape(-1, 1), sizes[:, 0] * _N_CELL + sizes[:, 1] * _N_PARTICLE,
                                       got[:, 0] * _N_CELL + got[:, 1] * _N_PARTICLE).ravel()
-            recv_i = domain.alltoallv(self.comm, send_i.reshape(-1, 1), sizes[:, 0] * _N_LINK,
+            recv_i = alltoallv(self.comm, send_i.reshape(-1, 1), sizes[:, 0] * _N_LINK,
                                       got[:, 0] * _N_LINK).ravel()
         cells, links, particles = [], [], []
         at_f = at_i = 0
