@@ -1,4 +1,4 @@
-"""MPI scaling of j-parallel direct summation and Hermite (issue 11, item 5).
+"""MPI scaling of j-parallel direct summation, Hermite and the treecode (issue 11, items 3, 5).
 
 Run under mpiexec; rank 0 prints one JSON line per measurement:
 
@@ -8,6 +8,12 @@ Run under mpiexec; rank 0 prints one JSON line per measurement:
   j-parallel provider, best of --repeat; interactions per second over all ranks.
 - hermite: a Plummer sphere from t = 0 to --t-end (block steps, acc + jerk + pot), its wall
   time, particle steps per second and the comm share of the step time.
+- tree: one self-gravity evaluation of the treecode (default theta, mixed) including its
+  tree builds; P = 1: the serial tree, P > 1: curve domains + locally essential trees
+  (one evaluation first, so the domains are balanced by measured cost), best of --repeat;
+  interactions per second over all ranks, load imbalance (max/mean over ranks of walk +
+  evaluate seconds and of interactions), bytes sent (essential trees, migration) and the
+  comm share.
 
 benchmarks/mpi_scaling.sh runs it at P = 1 and 2 with the same total threads and prints
 the strong- and weak-scaling tables with their parallel efficiency.
@@ -24,7 +30,7 @@ from mpi4py import MPI
 
 import gravpipe as gp
 from gravpipe.bench import machine
-from gravpipe.parallel import JParallelGravity
+from gravpipe.parallel import DomainTreeGravity, JParallelGravity
 
 
 def direct(comm, n: int, threads: int, repeat: int) -> dict:
@@ -63,13 +69,55 @@ def hermite(comm, n: int, threads: int, t_end: float) -> dict:
             "host_share": t.host / step_time, "energy_error": error}
 
 
+def tree(comm, n: int, threads: int, repeat: int) -> dict:
+    p = gp.ic.plummer(n, seed=1)
+    parallel = comm.Get_size() > 1
+    src = DomainTreeGravity(comm, 1 / 64, 1.0, threads=threads) if parallel else None
+    acc, pot = np.empty((n, 3)), np.empty(n)
+    exclude = np.arange(n, dtype=np.int64)
+
+    def evaluate() -> tuple[float, int, float]:
+        """(seconds, interactions, comm seconds) of one evaluation, tree builds included."""
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if parallel:
+            before = src.stats
+            src.provider.set_j(p.pos, p.mass, None)
+            src.provider.forces(p.pos, None, exclude, acc, pot, None)
+            after = src.stats
+            work, comm_s = after.interactions - before.interactions, after.seconds_comm - before.seconds_comm
+        else:
+            t = gp.tree.Tree(p.pos, p.mass, eps=1 / 64, threads=threads)
+            t.forces()
+            work, comm_s = t.stats.pp_interactions + t.stats.pc_interactions, 0.0
+        return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX), work, comm_s
+
+    if parallel:
+        evaluate()  # the first evaluation's domains are equal slices; later ones are balanced by cost
+    best, row = float("inf"), {}
+    for _ in range(repeat):
+        seconds, interactions, comm_s = evaluate()
+        if seconds < best:
+            best, row = seconds, {"interactions_per_second": interactions / seconds,
+                                  "interactions_per_body": interactions / n, "comm_share": comm_s / seconds}
+            if parallel:
+                b = src.balance
+                row |= {"imbalance_seconds": b.last_imbalance_seconds,
+                        "imbalance_interactions": b.last_imbalance_interactions}
+    if parallel:
+        b = src.balance
+        row |= {"bytes_essential_per_eval": b.bytes_essential / b.evaluations,
+                "bytes_migration_per_eval": b.bytes_migration / b.evaluations}
+    return {"case": "tree", "n": n, "seconds": best} | row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=16384)
     ap.add_argument("--threads", type=int, default=1, help="OpenMP threads per rank")
     ap.add_argument("--t-end", type=float, default=0.125)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cases", nargs="+", default=["direct", "hermite"])
+    ap.add_argument("--cases", nargs="+", default=["direct", "hermite"], choices=["direct", "hermite", "tree"])
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     common = {"ranks": comm.Get_size(), "threads_per_rank": args.threads}
@@ -78,6 +126,8 @@ def main() -> None:
         rows.append(direct(comm, args.n, args.threads, args.repeat))
     if "hermite" in args.cases:
         rows.append(hermite(comm, args.n, args.threads, args.t_end))
+    if "tree" in args.cases:
+        rows.append(tree(comm, args.n, args.threads, args.repeat))
     if comm.Get_rank() == 0:
         info = machine.describe()
         for r in rows:

@@ -9,6 +9,7 @@
 
 #include "ndarray_views.hpp"
 #include "gravpipe/tree.hpp"
+#include "gravpipe/tree_essential.hpp"
 
 namespace nb = nanobind;
 using namespace gravpipe;
@@ -17,6 +18,7 @@ namespace {
 
 using gravpipe::bindings::CScalars, gravpipe::bindings::CVec3, gravpipe::bindings::Indices;
 using gravpipe::bindings::ScalarsOut, gravpipe::bindings::Vec3Out, gravpipe::bindings::span_of;
+using gravpipe::bindings::to_numpy;
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
                        int n_crit, double alpha, int threads, const std::string& precision,
@@ -49,6 +51,86 @@ nb::dict stats_dict(const TreeStats& s) {
   d["seconds_forces"] = s.seconds_forces;
   d["relative_criterion_used"] = s.relative_criterion_used;
   return d;
+}
+
+using Rows = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using LinkRows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Counts = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using CostOut = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Box = nb::ndarray<const double, nb::shape<7>, nb::c_contig, nb::device::cpu>;
+
+/// A domain as 7 float64: lo (3), hi (3), a_min.
+DomainBox box_from(const Box& b) {
+  DomainBox d;
+  for (int a = 0; a < 3; ++a) d.lo[a] = b.data()[a], d.hi[a] = b.data()[3 + a];
+  d.a_min = b.data()[6];
+  return d;
+}
+
+void check_columns(std::size_t got, std::size_t want, const char* name) {
+  if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
+}
+
+void bind_domain_tree(nb::module_& m) {
+  nb::class_<DomainTree>(m, "DomainTree")
+      .def("__init__",
+           [](DomainTree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
+              double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
+              const std::string& isa) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
+                                              precision, true, isa);
+             nb::gil_scoped_release release;
+             new (self) DomainTree(span_of(pos), span_of(mass), p);
+           },
+           nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"),
+           nb::arg("precision"), nb::arg("isa") = "auto")
+      .def("domain",
+           [](const DomainTree& t) {
+             const DomainBox d = t.domain();
+             return to_numpy(std::vector<double>{d.lo[0], d.lo[1], d.lo[2], d.hi[0], d.hi[1], d.hi[2], d.a_min}, {7});
+           },
+           "This rank's domain: float64 (7,) = lo (3), hi (3), smallest old |a| (0: none).")
+      .def("export_for",
+           [](const DomainTree& t, Box box) {
+             EssentialPiece p;
+             {
+               nb::gil_scoped_release release;
+               p = t.export_for(box_from(box));
+             }
+             const std::size_t nc = p.n_cells(), np = p.n_particles();
+             return nb::make_tuple(to_numpy(std::move(p.cells), {nc, std::size_t{kPieceCellDoubles}}),
+                                   to_numpy(std::move(p.links), {nc, std::size_t{kPieceCellInts}}),
+                                   to_numpy(std::move(p.particles), {np, std::size_t{kPieceParticleDoubles}}));
+           },
+           nb::arg("domain"),
+           "The locally essential piece for a receiver's domain (7,): (cells (c,19) float64, links (c,4) int64, "
+           "particles (p,4) float64 x y z m).")
+      .def("graft",
+           [](DomainTree& t, Rows cells, LinkRows links, Rows particles, Counts cells_per_piece,
+              Counts particles_per_piece) {
+             check_columns(cells.shape(1), kPieceCellDoubles, "cells");
+             check_columns(links.shape(1), kPieceCellInts, "links");
+             check_columns(particles.shape(1), kPieceParticleDoubles, "particles");
+             nb::gil_scoped_release release;
+             t.graft({span_of(cells), span_of(links), span_of(particles), span_of(cells_per_piece),
+                      span_of(particles_per_piece)});
+           },
+           nb::arg("cells"), nb::arg("links"), nb::arg("particles"), nb::arg("cells_per_piece"),
+           nb::arg("particles_per_piece"),
+           "Graft the received pieces, concatenated in sender order with their sizes per sender.")
+      .def("forces",
+           [](DomainTree& t, Vec3Out acc, ScalarsOut pot, std::optional<CostOut> cost) {
+             t.forces(span_of(acc), span_of(pot), span_of(cost));
+           },
+           nb::arg("acc"), nb::arg("pot"), nb::arg("cost").none(), nb::call_guard<nb::gil_scoped_release>(),
+           "Self-gravity of the own particles (caller order) and each one's interactions (cost).")
+      .def("set_old_accelerations",
+           [](DomainTree& t, CScalars a) { t.set_old_accelerations(span_of(a)); }, nb::arg("a_abs"))
+      .def_prop_ro("n", &DomainTree::size)
+      .def_prop_ro("nodes", [](const DomainTree& t) { return t.grafted_nodes().count(); })
+      .def_prop_ro("isa", [](const DomainTree& t) { return isa_name(t.isa()); })
+      .def("stats", [](const DomainTree& t) { return stats_dict(t.stats()); });
 }
 
 }  // namespace
@@ -96,4 +178,5 @@ void bind_tree(nb::module_& m) {
            nb::arg("isa") = "auto")
       .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
       .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); });
+  bind_domain_tree(m);
 }

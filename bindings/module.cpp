@@ -36,6 +36,8 @@ void translate_core_errors(const std::exception_ptr& p, void*) {
     raise_python_error("IntegrationError", e.what(), e.particle(), e.time());
   } catch (const gravpipe::DeviceError& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (const gravpipe::EssentialTreeError& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
   }
 }
 

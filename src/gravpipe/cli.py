@@ -801,6 +801,9 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
     wall = time.perf_counter() - start
     print(f"energy error {sim.energy_error():.3e} at t = {sim.time:g} (relative: (E - E0) / |E0|, or / (|K0| + |W0|) when E0 = 0)")
     _print_breakdown(sim.timings, wall)
+    balance = getattr(sim.provider, "balance_summary", None)  # MPI domains (gravity tree on ranks)
+    if balance is not None:
+        print(f"  {balance()}")
     if out is not None:
         _print_files(out)
     return 0

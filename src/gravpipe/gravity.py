@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike
 from gravpipe import _core
 from gravpipe.backends import resolve_backend
 from gravpipe.parallel.j_parallel import JParallelGravity
+from gravpipe.parallel.tree_parallel import DomainTreeGravity
 from gravpipe.pipeline import Pipeline, PipelineStats
 from gravpipe.tree import Tree, TreeGravity
 
@@ -91,19 +92,19 @@ def _direct_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, ep
 
 
 def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None, comm: Any | None,
-                theta: float) -> TreeGravity:
-    if comm is not None:
-        raise ValueError(f"gravity='tree' runs in one process for now; this run has {comm.Get_size()} MPI "
-                         "ranks (the domain-decomposed treecode is not written yet): use gravity='direct' "
-                         "or start one process")
+                theta: float) -> TreeGravity | DomainTreeGravity:
     if backend == "cuda":
         raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' (use 'cpu' or 'auto')")
     resolve_backend(backend)  # an unknown backend name is still an error
+    if comm is not None:  # locally essential trees over the ranks' curve domains
+        return DomainTreeGravity(comm, eps, G, theta=theta, threads=threads, precision=precision)
     return TreeGravity(eps, G, theta=theta, threads=threads, precision=precision)
 
 
 def _tree_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
-    """A fine float64 tree: O(N log N) like the run's steps."""
+    """A fine float64 tree: O(N log N) like the run's steps. With several ranks every rank
+    computes the same one over all particles (the state is replicated; the same bits as a
+    serial run's diagnostics)."""
     return Tree(pos, mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double", threads=source.threads).forces()[1]
 
 

@@ -120,8 +120,10 @@ class Simulation:
         ``gravpipe.integrators.INTEGRATORS``).
     t0 : the time of ``particles``.
     theta : tree opening angle (gravity="tree" only; None: the core's default).
-    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel; every
-        rank holds all particles, rank 0 prints and writes the files). None: COMM_WORLD when
+    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel), or
+        the treecode over curve domains with locally essential trees (gravity="tree",
+        :mod:`gravpipe.parallel.tree_parallel`); every rank holds all particles, rank 0
+        prints and writes the files. None: COMM_WORLD when
         started by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults
         to the rank's share of its machine's cores.
     """
@@ -172,6 +174,8 @@ class Simulation:
             state, self.history = None, []
         else:
             self.config, state, self.history = restart
+            if hasattr(self._source, "restore_checkpoint_state"):  # its arrays, e.g. the MPI domains' cost
+                state = self._source.restore_checkpoint_state(state)
         self._core = spec.build(self._source.provider, np.array(particles.pos), np.array(particles.vel),
                                 self._mass, self.config.t0, self.config.params, state)
         # step counts of the run before this process (a resumed run continues the count, so
@@ -211,7 +215,8 @@ class Simulation:
         """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
         (``Pipeline.backend_detail`` names the machine's maximum)."""
         p = self._source
-        ranks = f", j-parallel over {self.comm.Get_size()} MPI ranks" if self.comm is not None else ""
+        how = getattr(p, "parallel_kind", "j-parallel")
+        ranks = f", {how} over {self.comm.Get_size()} MPI ranks" if self.comm is not None else ""
         return (f"isa={p.isa}, threads={p.threads}{ranks}" if p.backend == "cpu" else p.backend_detail)
 
     @property
@@ -417,6 +422,8 @@ class Simulation:
         if not parallel.is_root(self.comm):
             return Path(path)
         state = dict(self._core.checkpoint())
+        if hasattr(self._source, "checkpoint_state"):
+            state.update(self._source.checkpoint_state())
         # history rows without the wall-clock columns, which differ from run to run
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:

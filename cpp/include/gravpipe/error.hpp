@@ -28,6 +28,14 @@ class DeviceError : public std::runtime_error {
   explicit DeviceError(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// A locally essential tree that lacks what a walk needs: a pruned cell (imported without
+/// its children) that the walk wanted to open, so the exporting rank's MAC and the
+/// receiver's disagree (tree_essential.hpp). Never a silent missing force. Python: RuntimeError.
+class EssentialTreeError : public std::runtime_error {
+ public:
+  explicit EssentialTreeError(const std::string& what) : std::runtime_error(what) {}
+};
+
 /// An integration that cannot go on (a Hermite step below its floor, a force that is not
 /// finite): names the particle (caller's index) and the time. Python: gravpipe.IntegrationError,
 /// with the same two as attributes.

@@ -63,6 +63,9 @@ struct TreeParams {
   std::string isa = "auto";                // of the list kernels, resolved as resolve_isa does
 };
 
+/// Throws InputError naming the first bad parameter (theta, eps, n_leaf, ...).
+void check_tree_params(const TreeParams& p);
+
 /// Work and time of the last force evaluation (and of the build that preceded it).
 /// "per body" figures are totals divided by the number of i-particles.
 struct TreeStats {
@@ -91,6 +94,10 @@ struct alignas(64) WalkCell {
   std::int32_t first_child = -1;
   std::int32_t n_children = 0;
 };
+
+/// The particle range (begin = end = kPrunedRange) of a cell imported from another rank
+/// without its children or particles (tree_essential.hpp): a leaf that must never be opened.
+constexpr std::int64_t kPrunedRange = -2;
 
 /// Cells as structure-of-arrays. Children of a cell are contiguous and come after it, so a
 /// reverse sweep over the index visits children before parents.
@@ -121,6 +128,14 @@ TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
 template <class Particles>
 void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad_tol, int threads);
 
+/// Moments of the internal cell c from its children's (which must be done), and its
+/// size and opening radius: one step of compute_moments, also used for the cells that join
+/// grafted trees (tree_essential.cpp).
+void cell_from_children(TreeNodes& t, std::size_t c, double theta);
+
+/// The walk's copies of the cells' fields (TreeNodes::walk), from the moments.
+void fill_walk_cells(TreeNodes& t, double theta, double quad_tol, int threads);
+
 // ---- groups, MAC and interaction lists (tree_walk.cpp) -----------------------------------
 
 /// A set of i-particles [i_begin, i_end) (in the evaluation's i order) sharing one list.
@@ -143,6 +158,9 @@ struct InteractionList {
   std::size_t n_near = 0, n_far = 0;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;  // particle ranges of opened leaves
   std::uint64_t mac_tests = 0;
+  /// Pruned cells (kPrunedRange) the walk wanted to open: their children live on another
+  /// rank, so a non-zero count is a broken MAC contract and the evaluation throws.
+  std::uint64_t pruned_opened = 0;
   std::vector<std::int32_t> stack;  // the walk's scratch
   /// Accepted cells that take the multipole expansion.
   Span<const std::int32_t> cells() const { return {near_buf.data(), n_near}; }

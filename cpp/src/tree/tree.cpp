@@ -16,9 +16,7 @@
 
 namespace gravpipe {
 
-namespace {
-
-void check_params(const TreeParams& p) {
+void check_tree_params(const TreeParams& p) {
   auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0; };
   check_eps(p.eps);
   check_G(p.G);
@@ -28,6 +26,8 @@ void check_params(const TreeParams& p) {
   if (p.n_crit < 1) throw InputError("n_crit: must be >= 1");
   if (!finite_nonneg(p.alpha)) throw InputError("alpha: must be finite and >= 0");
 }
+
+namespace {
 
 /// Self-gravity groups: the group cells, each its own excluded range (every particle
 /// leaves itself out), with the smallest old |a| when a_old (curve order) is given.
@@ -76,7 +76,7 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
     : params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)) {
-  check_params(params_);
+  check_tree_params(params_);
   const std::size_t n = check_j_set(pos, mass, {});
 
   auto t0 = Clock::now();
@@ -181,7 +181,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
 
 TreeForceProvider::TreeForceProvider(const TreeParams& params)
     : params_(params), isa_(resolve_isa(params.isa)) {
-  check_params(params_);
+  check_tree_params(params_);
   // Every tree of this provider runs the kernels resolved here, even if GRAVPIPE_ISA
   // changes while it lives.
   params_.isa = isa_name(isa_);

@@ -80,7 +80,23 @@ void parent_moments(TreeNodes& t, std::size_t c) {
   t.qtr[c] = tr;
 }
 
+void set_opening_radius(TreeNodes& t, std::size_t c, double theta) {
+  const double sx = t.hi_x[c] - t.lo_x[c], sy = t.hi_y[c] - t.lo_y[c], sz = t.hi_z[c] - t.lo_z[c];
+  t.size[c] = std::max({sx, sy, sz});
+  // delta: offset of the com from the box centre (Barnes 1994; GADGET's "cell offset")
+  const double ox = t.cx[c] - 0.5 * (t.hi_x[c] + t.lo_x[c]);
+  const double oy = t.cy[c] - 0.5 * (t.hi_y[c] + t.lo_y[c]);
+  const double oz = t.cz[c] - 0.5 * (t.hi_z[c] + t.lo_z[c]);
+  const double r = t.size[c] / theta + std::sqrt(ox * ox + oy * oy + oz * oz);
+  t.r_open2[c] = r * r;
+}
+
 }  // namespace
+
+void cell_from_children(TreeNodes& t, std::size_t c, double theta) {
+  parent_moments(t, c);
+  set_opening_radius(t, c, theta);
+}
 
 template <class Particles>
 void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad_tol, int threads) {
@@ -93,21 +109,20 @@ void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad
     while (lo > 0 && t.level[lo - 1] == t.level[hi - 1]) --lo;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64) if (hi - lo > 256)
     for (std::int64_t c = lo; c < hi; ++c) {
-      if (t.is_leaf(c))
+      if (t.is_leaf(c)) {
         leaf_moments(t, c, p.block(t.begin[c], t.end[c]));
-      else
-        parent_moments(t, c);
-      const double sx = t.hi_x[c] - t.lo_x[c], sy = t.hi_y[c] - t.lo_y[c], sz = t.hi_z[c] - t.lo_z[c];
-      t.size[c] = std::max({sx, sy, sz});
-      // delta: offset of the com from the box centre (Barnes 1994; GADGET's "cell offset")
-      const double ox = t.cx[c] - 0.5 * (t.hi_x[c] + t.lo_x[c]);
-      const double oy = t.cy[c] - 0.5 * (t.hi_y[c] + t.lo_y[c]);
-      const double oz = t.cz[c] - 0.5 * (t.hi_z[c] + t.lo_z[c]);
-      const double r = t.size[c] / theta + std::sqrt(ox * ox + oy * oy + oz * oz);
-      t.r_open2[c] = r * r;
+        set_opening_radius(t, c, theta);
+      } else {
+        cell_from_children(t, c, theta);
+      }
     }
     hi = lo;
   }
+  fill_walk_cells(t, theta, quad_tol, threads);
+}
+
+void fill_walk_cells(TreeNodes& t, double theta, double quad_tol, int threads) {
+  const auto n = static_cast<std::int64_t>(t.count());
   // the dropped quadrupole term is held to the scale of the expansion's own truncation
   // error at the opening radius, ~theta^3, so that lowering theta still lowers the error
   const double tol = quad_tol * theta * theta * theta;

@@ -26,6 +26,7 @@ struct GroupScratch {
   std::vector<std::int32_t> frontier;
   GatheredList shared_gathered, gathered;
   GroupSinks run_sinks, sinks;
+  std::size_t run_terms = 0;  // the current run's shared cells, counted in each member's cost
 };
 
 /// Runs of consecutive groups (curve order, so spatially compact) that share the top of
@@ -172,6 +173,7 @@ void evaluate_shared(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
       const std::int64_t i = run.i_begin + static_cast<std::int64_t>(q);
       w.local.evaluate(sinks.x(i), sinks.y(i), sinks.z(i), rs.ax[q], rs.ay[q], rs.az[q], rs.pot[q]);
     }
+  w.run_terms = n_shared;
   work.pc_local += run_n * n_expanded;
   work.pc += run_n * n_shared;
   work.seconds_walk += seconds_between(t0, t1);
@@ -201,6 +203,11 @@ void evaluate_member(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
     e.acc[3 * o] = G * (s.ax[q] + rs.ax[at + q]), e.acc[3 * o + 1] = G * (s.ay[q] + rs.ay[at + q]);
     e.acc[3 * o + 2] = G * (s.az[q] + rs.az[at + q]), e.pot[o] = -G * (s.pot[q] + rs.pot[at + q]);
   }
+  if (!e.cost.empty()) {
+    const auto terms = static_cast<std::int64_t>(w.run_terms + w.gathered.n_particles() + w.gathered.n_cells());
+    for (std::size_t q = 0; q < n; ++q) e.cost[e.i_caller[g.i_begin + q]] = terms;
+  }
+  work.pruned_opened += w.list.pruned_opened;
   work.pp += n * w.gathered.n_particles();
   work.pc += n * w.gathered.n_cells();
   work.mac_tests += w.list.mac_tests;
@@ -221,7 +228,7 @@ void evaluate_run(const GroupEvaluation<Sources, Sinks>& e, Span<const Group> me
 }  // namespace
 
 GroupWork& GroupWork::operator+=(const GroupWork& o) {
-  pp += o.pp, pc += o.pc, pc_local += o.pc_local, mac_tests += o.mac_tests;
+  pp += o.pp, pc += o.pc, pc_local += o.pc_local, mac_tests += o.mac_tests, pruned_opened += o.pruned_opened;
   seconds_walk += o.seconds_walk, seconds_evaluate += o.seconds_evaluate;
   return *this;
 }

@@ -22,11 +22,16 @@ struct GroupEvaluation {
   Span<const std::int64_t> i_exclude;  // per i: the sorted j index to leave out, or -1
   Span<const std::int64_t> i_caller;   // i order -> caller's index
   Span<double> acc, pot;               // results, caller's order (3 n_i, n_i)
+  /// optional (empty: not written): each i-particle's interactions (particle and cell
+  /// terms, its run's shared ones included), caller's order: the cost that balances
+  /// MPI domains (gravpipe/parallel/domain.py)
+  Span<std::int64_t> cost = {};
 };
 
 /// The work of an evaluation, as TreeStats counts it. Seconds are thread-seconds.
 struct GroupWork {
   std::uint64_t pp = 0, pc = 0, pc_local = 0, mac_tests = 0;
+  std::uint64_t pruned_opened = 0;  // InteractionList::pruned_opened, summed: must stay 0
   double seconds_walk = 0, seconds_evaluate = 0;
   GroupWork& operator+=(const GroupWork& o);
 };

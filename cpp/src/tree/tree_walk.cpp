@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gravpipe/tree.hpp"
+#include "tree_mac.hpp"
 
 namespace gravpipe {
 
@@ -24,15 +25,6 @@ std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit) {
 }
 
 namespace {
-/// Squared distance from the point (x, y, z) to the box [lo, hi] (0 inside). std::max,
-/// not std::fmax: fmax's NaN rules make it a library call.
-inline double box_distance2(const Group& g, double x, double y, double z) {
-  const double dx = std::max(std::max(g.lo[0] - x, x - g.hi[0]), 0.0);
-  const double dy = std::max(std::max(g.lo[1] - y, y - g.hi[1]), 0.0);
-  const double dz = std::max(std::max(g.lo[2] - z, z - g.hi[2]), 0.0);
-  return dx * dx + dy * dy + dz * dz;
-}
-
 /// Append particles [b, e) to the ranges, joining it to the last range when adjacent.
 inline void add_range(InteractionList& out, std::int64_t b, std::int64_t e) {
   if (!out.ranges.empty() && out.ranges.back().second == b)
@@ -41,39 +33,12 @@ inline void add_range(InteractionList& out, std::int64_t b, std::int64_t e) {
     out.ranges.emplace_back(b, e);
 }
 
-/// The acceptance test of one group: the Barnes-Hut criterion from its box and, with
-/// old accelerations, GADGET's relative criterion.
-class Acceptor {
- public:
-  Acceptor(const TreeNodes& t, const Group& g, const MacParams& mac)
-      : t_(t), g_(g), relative_(mac.alpha > 0 && g.a_min > 0),
-        rel_bound_(relative_ ? mac.alpha * g.a_min / mac.G : 0.0) {}
-  /// Whether the group may use cell k whole; d2: its squared distance from the box.
-  bool accepts(std::int32_t k, double& d2) const {
-    const WalkCell& c = t_.walk[k];
-    // a cell holding an excluded particle of the group (its own particles, for
-    // self-gravity) must never be used whole: its mass would include them
-    const bool holds_excluded = c.begin < g_.ex_end && g_.ex_begin < c.end;
-    d2 = box_distance2(g_, c.cx, c.cy, c.cz);
-    bool accept = !holds_excluded && d2 > c.r_open2;
-    // the relative criterion: the cell's error term G M l^2 / d^4 must stay below
-    // alpha |a_old| of the most sensitive particle in the group
-    if (accept && relative_) accept = t_.mass[k] * t_.size[k] * t_.size[k] <= rel_bound_ * d2 * d2;
-    return accept;
-  }
-
- private:
-  const TreeNodes& t_;
-  const Group& g_;
-  bool relative_;
-  double rel_bound_;
-};
-
 void reset(InteractionList& out, const TreeNodes& t) {
   if (out.near_buf.size() < t.count()) out.near_buf.resize(t.count()), out.far_buf.resize(t.count());
   out.n_near = out.n_far = 0;
   out.ranges.clear();
   out.mac_tests = 0;
+  out.pruned_opened = 0;
 }
 
 /// An accepted cell: multipole, or monopole alone where its quadrupole term is below
@@ -105,6 +70,8 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
     const WalkCell& c = t.walk[k];
     if (acceptor.accepts(k, d2))
       add_cell(out, k, d2, t, mac);
+    else if (c.first_child < 0 && c.begin == kPrunedRange)
+      ++out.pruned_opened;  // an imported cell whose children were never sent: the caller throws
     else if (c.first_child < 0)
       add_range(out, c.begin, c.end);  // an opened leaf: its particles
     else
