@@ -50,6 +50,7 @@ class PageFile {
 
  private:
   void open_direct_or_fall_back(IoMode requested);
+  void use_buffered();
   [[noreturn]] void fail(const char* verb, std::int64_t page, int err) const;
   std::string path_;
   std::size_t page_bytes_;

@@ -80,6 +80,7 @@ PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode 
 
 void PageFile::open_direct_or_fall_back(IoMode requested) {
   if (requested == IoMode::Buffered) {
+    use_buffered();
     mode_detail_ = "buffered (as requested), pages synced and dropped from the buffer cache after I/O";
     return;
   }
@@ -103,7 +104,16 @@ void PageFile::open_direct_or_fall_back(IoMode requested) {
   const std::string why = "O_DIRECT refused by the file system: " + errno_text(err);
   if (requested == IoMode::Direct || err != EINVAL)
     throw StoreError("scratch file " + path_ + ": " + why, path_, -1);
+  use_buffered();
   mode_detail_ = "buffered + fadvise (" + why + ")";
+}
+
+void PageFile::use_buffered() {
+  mode_ = IoMode::Buffered;
+  // No kernel read-ahead: it would pull the following pages into the buffer cache, and their
+  // reads would then count as device traffic that never happened (our read-ahead thread
+  // does this job, and is counted).
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
 }
 
 PageFile::~PageFile() {
