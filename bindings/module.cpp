@@ -28,6 +28,12 @@ void raise_python_error(const char* name, const char* message, const Extra&... e
 void translate_core_errors(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
+  } catch (const gravpipe::BudgetError& e) {  // before InputError, its base
+    raise_python_error("MemoryBudgetError", e.what(), e.requested(), e.least_budget());
+  } catch (const gravpipe::ChecksumError& e) {  // before StoreError, its base
+    raise_python_error("ChecksumError", e.what(), e.path().c_str(), e.page());
+  } catch (const gravpipe::StoreError& e) {
+    raise_python_error("StoreError", e.what(), e.path().c_str(), e.page());
   } catch (const gravpipe::InputError& e) {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const gravpipe::BackendError& e) {
@@ -49,6 +55,7 @@ void bind_tree(nb::module_& m);
 void bind_defaults(nb::module_& m);
 void bind_parallel(nb::module_& m);
 void bind_curve(nb::module_& m);
+void bind_store(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
@@ -86,6 +93,7 @@ NB_MODULE(_core, m) {
   bind_defaults(m);
   bind_parallel(m);
   bind_curve(m);
+  bind_store(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

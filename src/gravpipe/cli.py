@@ -163,6 +163,16 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--repeats", type=_positive_int, default=20, help="round trips per size; the median is kept")
     bp.add_argument("--plot", metavar="PNG", help="also draw time and bandwidth vs size")
     bp.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bs = bsub.add_parser("storage", help="scratch-file block write/read time vs block size, disk and /dev/shm, "
+                                         "T = C1 + C2*bytes (Yale bulk memory Fig. 1)")
+    bs.add_argument("--scratch", metavar="DIR", default=None,
+                    help="directory on the disk to measure (default: ./gravpipe-bench-scratch, removed after)")
+    bs.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
+                    help="block bytes, multiples of 4096 (default 4 KiB .. 64 MiB)")
+    bs.add_argument("--io", choices=["auto", "direct", "buffered"], default="auto",
+                    help="auto: O_DIRECT where the file system accepts it, else buffered + fadvise (reported)")
+    bs.add_argument("--plot", metavar="PNG", help="also draw us/byte and bandwidth vs block size")
+    bs.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
     bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
@@ -434,6 +444,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_transfer(args)
     if args.bench == "pingpong":
         return _bench_pingpong(args)
+    if args.bench == "storage":
+        return _bench_storage(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -547,6 +559,57 @@ def _bench_pingpong(args: argparse.Namespace) -> int:
         pingpong.plot(rows, fitted, args.plot)
         console.print(f"wrote {args.plot}")
     _emit_json(args.json, lambda: pingpong.as_json(rows, fitted, info, library), console)
+    return 0
+
+
+def _bench_storage(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gravpipe.bench import machine, storage
+
+    console = Console(stderr=args.json == "-")
+    if not console.is_terminal:  # a file or a pipe: keep lines whole
+        console.width = max(console.width, 150)
+    info = machine.describe()
+    with console.status("") as status:
+        rows, devices = storage.run(args.scratch, sizes=args.sizes, io=args.io,
+                                    progress=lambda msg: status.update(msg))
+    fitted = storage.fits(rows)
+    console.print(f"[bold]gravpipe bench storage[/bold]  {info['cpu']}, median of "
+                  f"{storage.MIN_REPEATS}..{storage.MAX_REPEATS} blocks per size", highlight=False)
+    for name in ("disk", "shm"):
+        if name in devices:
+            d = devices[name]
+            console.print(f"  {name}: {d['directory']} on {d['device']} ({d['fstype']}, mounted at {d['mount']}), "
+                          f"I/O {'; '.join(d['io_modes'])}", highlight=False)
+    table = Table()
+    names = [n for n in ("disk", "shm") if n in devices]
+    cols = [(n, d) for n in names for d in ("write", "read")]
+    table.add_column("bytes", justify="right")
+    for n, d in cols:
+        table.add_column(f"{n} {d} GB/s", justify="right")
+    by = {(r["device"], r["direction"], r["bytes"]): r for r in rows}
+    for b in sorted({r["bytes"] for r in rows}):
+        table.add_row(str(b), *(f"{by[(n, d, b)]['gb_s']:.3g}" for n, d in cols))
+    console.print(table)
+    for f in fitted:
+        console.print(f"fit {f.device} {f.direction:<5}: C1 = {1e6 * f.latency_s:7.2f} us, 1/C2 = "
+                      f"{f.bandwidth_gb_s:6.2f} GB/s (worst point off the fit by {100 * f.max_rel_residual:.0f}%)",
+                      highlight=False)
+    fit = {(f.device, f.direction): f for f in fitted}
+    console.print(f"reference: memcpy {devices['memcpy_gb_s']:.2f} GB/s", highlight=False)
+    if "shm" in devices:  # the smallest block measured, not the fitted C1 (noise can push it <= 0)
+        b0 = min(r["bytes"] for r in rows)
+        for d in ("write", "read"):
+            k, s = by[("disk", d, b0)], by[("shm", d, b0)]
+            console.print(f"bulk memory (/dev/shm) vs disk, {d}: {b0} B block {1e6 * s['seconds']:.2f} us vs "
+                          f"{1e6 * k['seconds']:.2f} us ({k['seconds'] / s['seconds']:.0f}x); bandwidth "
+                          f"{fit[('shm', d)].bandwidth_gb_s / fit[('disk', d)].bandwidth_gb_s:.1f}x", highlight=False)
+    if args.plot:
+        storage.plot(rows, fitted, devices, args.plot)
+        console.print(f"wrote {args.plot}")
+    _emit_json(args.json, lambda: storage.as_json(rows, fitted, devices, info), console)
     return 0
 
 

@@ -33,3 +33,46 @@ class IntegrationError(RuntimeError):
         super().__init__(message)
         self.particle = particle
         self.time = time
+
+
+class MemoryBudgetError(ValueError):
+    """A memory budget too small for what a run asks (``memory_budget="4GiB"`` of the
+    out-of-core store: its page cache and tables, later tree cells and lists). The message
+    says what was asked and the least budget that works.
+
+    Attributes
+    ----------
+    requested : int or None
+        The budget (or cache size) given, bytes.
+    least_budget : int or None
+        The least budget (or cache size) that works, bytes.
+    """
+
+    def __init__(self, message: str, requested: int | None = None, least_budget: int | None = None):
+        super().__init__(message)
+        self.requested = requested
+        self.least_budget = least_budget
+
+
+class StoreError(RuntimeError):
+    """The out-of-core store's scratch file failed: an I/O error, the scratch disk full, the
+    file size limit, a directory that cannot take the file. Nothing already written to
+    snapshots or checkpoints is touched.
+
+    Attributes
+    ----------
+    path : str or None
+        The scratch file (or directory) concerned.
+    page : int or None
+        The page being read or written (-1: none).
+    """
+
+    def __init__(self, message: str, path: str | None = None, page: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.page = page
+
+
+class ChecksumError(StoreError):
+    """A page read back from the scratch file whose CRC32C differs from the one computed
+    when it was written: the data is corrupt and was not used (no wrong forces)."""

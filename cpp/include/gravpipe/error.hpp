@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gravpipe {
 
@@ -49,6 +50,44 @@ class IntegrationError : public std::runtime_error {
  private:
   std::int64_t particle_;
   double time_;
+};
+
+/// A memory budget too small for what was asked (the out-of-core store's page cache, its
+/// tables, and later tree cells and lists charge one budget): says what was asked and the
+/// least budget that works. Python: gravpipe.errors.MemoryBudgetError (a ValueError), with
+/// `requested` and `least_budget` (bytes) as attributes.
+class BudgetError : public InputError {
+ public:
+  BudgetError(const std::string& what, std::uint64_t requested, std::uint64_t least_budget)
+      : InputError(what), requested_(requested), least_budget_(least_budget) {}
+  std::uint64_t requested() const { return requested_; }
+  std::uint64_t least_budget() const { return least_budget_; }
+
+ private:
+  std::uint64_t requested_, least_budget_;
+};
+
+/// A scratch-file failure of the out-of-core store (an I/O error, the disk full, a file
+/// removed under us): names the file, the page (-1 when none) and the reason. Python:
+/// gravpipe.errors.StoreError with `path` and `page` attributes.
+class StoreError : public std::runtime_error {
+ public:
+  StoreError(const std::string& what, std::string path, std::int64_t page)
+      : std::runtime_error(what), path_(std::move(path)), page_(page) {}
+  const std::string& path() const { return path_; }
+  std::int64_t page() const { return page_; }
+
+ private:
+  std::string path_;
+  std::int64_t page_;
+};
+
+/// A page whose CRC32C read back from the scratch file differs from the one computed when
+/// it was written: the data on disk is corrupt and is never used. Python:
+/// gravpipe.errors.ChecksumError (a StoreError).
+class ChecksumError : public StoreError {
+ public:
+  using StoreError::StoreError;
 };
 
 }  // namespace gravpipe

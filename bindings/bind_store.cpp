@@ -1,0 +1,236 @@
+// Bindings of the out-of-core store (gravpipe/particle_store.hpp and its parts): the store as
+// a closable object with numpy range reads and writes, CRC32C, byte sizes, PagedParticles
+// block reads for the tests, and block I/O timing for `gravpipe bench storage`. Arrays arrive
+// validated and C-contiguous from gravpipe/store.py. I/O releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <omp.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gravpipe/crc32c.hpp"
+#include "gravpipe/error.hpp"
+#include "gravpipe/io_timing.hpp"
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/paged_particles.hpp"
+#include "gravpipe/particle_store.hpp"
+#include "ndarray_views.hpp"
+
+namespace nb = nanobind;
+using namespace gravpipe;
+
+namespace {
+
+using bindings::Indices, bindings::to_numpy;
+using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using AnyF64 = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
+using AnyI64 = nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>;
+using FieldTuple = std::tuple<std::string, int, std::string>;  // name, components, "f64" | "i64"
+
+/// The store behind a Python object that can be closed (its scratch file removed) before
+/// the object is collected.
+class StoreBox {
+ public:
+  explicit StoreBox(const StoreConfig& c) : store_(std::make_unique<ParticleStore>(c)) {}
+  ParticleStore& get() const {
+    if (!store_) throw InputError("store: already closed (its scratch file is gone)");
+    return *store_;
+  }
+  void close() { store_.reset(); }
+  bool closed() const { return !store_; }
+
+ private:
+  std::unique_ptr<ParticleStore> store_;
+};
+
+StoreConfig make_config(const std::string& directory, std::int64_t n, const std::vector<FieldTuple>& fields,
+                        std::size_t page_bytes, std::uint64_t budget, std::uint64_t cache_bytes,
+                        const std::string& eviction, const std::string& io_mode, int read_ahead, int threads) {
+  StoreConfig c;
+  c.directory = directory, c.n = n, c.page_bytes = page_bytes, c.budget_bytes = budget;
+  c.cache_bytes = cache_bytes, c.eviction = parse_eviction(eviction), c.io_mode = parse_io_mode(io_mode);
+  c.read_ahead = read_ahead, c.threads = threads;
+  c.fields.clear();
+  for (const auto& [name, comps, type] : fields) {
+    if (type != "f64" && type != "i64") throw InputError("store: field '" + name + "' type must be f64 or i64");
+    c.fields.push_back({name, comps, type == "f64" ? FieldType::F64 : FieldType::I64});
+  }
+  return c;
+}
+
+template <class Array>
+void write_field(StoreBox& box, const std::string& field, std::int64_t begin, const Array& values, FieldType type) {
+  ParticleStore& s = box.get();
+  const FieldSpec& f = s.field(field);
+  if (f.type != type)
+    throw InputError("store: field '" + field + "' holds " + (f.type == FieldType::F64 ? "float64" : "int64"));
+  if (values.size() % static_cast<std::size_t>(f.components) != 0)
+    throw InputError("store: field '" + field + "' takes " + std::to_string(f.components) + " values per particle");
+  const auto count = static_cast<std::int64_t>(values.size() / static_cast<std::size_t>(f.components));
+  nb::gil_scoped_release release;
+  s.write(field, begin, count, values.data());
+}
+
+nb::object read_field(StoreBox& box, const std::string& field, std::int64_t begin, std::int64_t count) {
+  ParticleStore& s = box.get();
+  const FieldSpec& f = s.field(field);
+  if (count < 0) throw InputError("store: negative count");
+  const auto n = static_cast<std::size_t>(count), comps = static_cast<std::size_t>(f.components);
+  const auto read = [&](auto& v) {
+    nb::gil_scoped_release release;
+    s.read(field, begin, count, v.data());
+  };
+  if (f.type == FieldType::I64) {
+    std::vector<std::int64_t> v(n * comps);
+    read(v);
+    return comps == 1 ? to_numpy(std::move(v), {n}) : to_numpy(std::move(v), {n, comps});
+  }
+  std::vector<double> v(n * comps);
+  read(v);
+  return comps == 1 ? to_numpy(std::move(v), {n}) : to_numpy(std::move(v), {n, comps});
+}
+
+nb::dict counters_dict(const StoreCounters& c) {
+  nb::dict d;
+  d["pages_read"] = c.pages_read;
+  d["bytes_read"] = c.bytes_read;
+  d["pages_written"] = c.pages_written;
+  d["bytes_written"] = c.bytes_written;
+  d["bytes_swapped"] = c.bytes_swapped();
+  d["hits"] = c.hits;
+  d["misses"] = c.misses;
+  d["evictions"] = c.evictions;
+  d["prefetched"] = c.prefetched;
+  d["prefetch_hits"] = c.prefetch_hits;
+  d["checksum_checks"] = c.checksum_checks;
+  d["stall_seconds"] = c.stall_seconds;
+  return d;
+}
+
+/// x, y, z, m of the blocks [begins[k], ends[k]) read through PagedParticles by `threads`
+/// OpenMP threads in parallel, concatenated in k order (the test compares with arrays).
+nb::tuple read_blocks(StoreBox& box, Indices begins, Indices ends, int threads) {
+  ParticleStore& s = box.get();
+  if (begins.size() != ends.size()) throw InputError("read_blocks: begins and ends differ in length");
+  const auto nb_ = static_cast<std::int64_t>(begins.size());
+  std::vector<std::int64_t> offset(static_cast<std::size_t>(nb_) + 1, 0);
+  for (std::int64_t k = 0; k < nb_; ++k) offset[k + 1] = offset[k] + std::max<std::int64_t>(0, ends.data()[k] - begins.data()[k]);
+  const auto total = static_cast<std::size_t>(offset.back());
+  std::vector<double> x(total), y(total), z(total), m(total);
+  {
+    nb::gil_scoped_release release;
+    const PagedParticles acc(s);
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_max_threads())
+    for (std::int64_t k = 0; k < nb_; ++k) {
+      try {
+        const ParticleBlock blk = acc.block(begins.data()[k], ends.data()[k]);
+        for (std::int64_t i = blk.begin(); i < blk.end(); ++i) {
+          const auto o = static_cast<std::size_t>(offset[k] + i - blk.begin());
+          x[o] = blk.x(i), y[o] = blk.y(i), z[o] = blk.z(i), m[o] = blk.m(i);
+        }
+      } catch (...) {
+#pragma omp critical(gravpipe_read_blocks_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  }
+  return nb::make_tuple(to_numpy(std::move(x), {total}), to_numpy(std::move(y), {total}),
+                        to_numpy(std::move(z), {total}), to_numpy(std::move(m), {total}));
+}
+
+}  // namespace
+
+void bind_store(nb::module_& m) {
+  m.def("crc32c", [](Bytes data, const std::string& impl) {
+    const Crc32cImpl which = impl == "auto" ? Crc32cImpl::Auto : impl == "sse4.2" ? Crc32cImpl::Sse42
+                             : impl == "portable" ? Crc32cImpl::Portable
+                             : throw InputError("crc32c: unknown implementation '" + impl + "' (auto, sse4.2, portable)");
+    return crc32c(Span<const unsigned char>(data.data(), data.size()), which);
+  }, nb::arg("data"), nb::arg("impl") = "auto", "CRC32C (Castagnoli) of uint8 data (n,).");
+  m.def("crc32c_implementation", [] { return crc32c_impl_name(resolve_crc32c(Crc32cImpl::Auto)); },
+        "The CRC32C implementation pages are checked with here: 'sse4.2' or 'portable'.");
+  m.def("parse_byte_size", &parse_byte_size, nb::arg("text"), "Bytes of '4GiB', '512MiB', '1.5GB', '65536'.");
+  m.def("format_bytes", &format_bytes, nb::arg("bytes"), "Bytes as '4 GiB', '1.50 MiB'.");
+
+  nb::class_<StoreBox>(m, "ParticleStore")
+      .def("__init__",
+           [](StoreBox* self, const std::string& directory, std::int64_t n, const std::vector<FieldTuple>& fields,
+              std::size_t page_bytes, std::uint64_t budget, std::uint64_t cache_bytes, const std::string& eviction,
+              const std::string& io_mode, int read_ahead, int threads) {
+             new (self) StoreBox(make_config(directory, n, fields, page_bytes, budget, cache_bytes, eviction, io_mode,
+                                             read_ahead, threads));
+           },
+           nb::arg("directory"), nb::arg("n"), nb::arg("fields"), nb::arg("page_bytes"), nb::arg("budget_bytes"),
+           nb::arg("cache_bytes"), nb::arg("eviction"), nb::arg("io_mode"), nb::arg("read_ahead"), nb::arg("threads"))
+      .def_static("least_budget",
+                  [](std::int64_t n, const std::vector<FieldTuple>& fields, std::size_t page_bytes, int read_ahead,
+                     int threads) {
+                    return ParticleStore::least_budget(
+                        make_config("", n, fields, page_bytes, 0, 0, "clock", "auto", read_ahead, threads));
+                  },
+                  nb::arg("n"), nb::arg("fields"), nb::arg("page_bytes"), nb::arg("read_ahead"), nb::arg("threads"))
+      .def("write_f64", [](StoreBox& b, const std::string& f, std::int64_t begin, AnyF64 v) {
+        write_field(b, f, begin, v, FieldType::F64);
+      })
+      .def("write_i64", [](StoreBox& b, const std::string& f, std::int64_t begin, AnyI64 v) {
+        write_field(b, f, begin, v, FieldType::I64);
+      })
+      .def("read", &read_field, nb::arg("field"), nb::arg("begin"), nb::arg("count"))
+      .def("flush", [](StoreBox& b) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        s.flush();
+      })
+      .def("evict_all", [](StoreBox& b) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        s.evict_all();
+      })
+      .def("close", &StoreBox::close)
+      .def_prop_ro("closed", &StoreBox::closed)
+      .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })
+      .def("counters", [](const StoreBox& b) { return counters_dict(b.get().counters()); })
+      .def("reset_counters", [](StoreBox& b) { b.get().reset_counters(); })
+      .def("read_ahead_failures", [](const StoreBox& b) { return b.get().read_ahead_failures(); })
+      .def_prop_ro("path", [](const StoreBox& b) { return b.get().file().path(); })
+      .def_prop_ro("io_mode", [](const StoreBox& b) { return io_mode_name(b.get().file().mode()); })
+      .def_prop_ro("io_detail", [](const StoreBox& b) { return b.get().file().mode_detail(); })
+      .def_prop_ro("eviction", [](const StoreBox& b) { return eviction_name(b.get().eviction()); })
+      .def_prop_ro("frames", [](const StoreBox& b) { return b.get().frames(); })
+      .def_prop_ro("pages", [](const StoreBox& b) { return b.get().pages(); })
+      .def_prop_ro("page_bytes", [](const StoreBox& b) { return b.get().page_bytes(); })
+      .def_prop_ro("particles_per_page", [](const StoreBox& b) { return b.get().particles_per_page(); })
+      .def_prop_ro("budget_total", [](const StoreBox& b) { return b.get().budget().total(); })
+      .def_prop_ro("budget_used", [](const StoreBox& b) { return b.get().budget().used(); })
+      .def_prop_ro("budget_peak", [](const StoreBox& b) { return b.get().budget().peak(); });
+
+  m.def("store_read_blocks", &read_blocks, nb::arg("store"), nb::arg("begins"), nb::arg("ends"), nb::arg("threads") = 0,
+        "x, y, z, m (each (sum of block lengths,)) of blocks [begins[k], ends[k]) read through PagedParticles by "
+        "OpenMP threads in parallel, concatenated in k order.");
+
+  m.def("time_block_io",
+        [](const std::string& directory, std::size_t block_bytes, int repeats, const std::string& io_mode) {
+          IoTiming t;
+          {
+            nb::gil_scoped_release release;
+            t = time_block_io(directory, block_bytes, repeats, parse_io_mode(io_mode));
+          }
+          nb::dict d;
+          d["write_seconds"] = t.write_seconds;
+          d["read_seconds"] = t.read_seconds;
+          d["io_mode"] = io_mode_name(t.mode);
+          d["io_detail"] = t.mode_detail;
+          return d;
+        },
+        nb::arg("directory"), nb::arg("block_bytes"), nb::arg("repeats"), nb::arg("io_mode") = "auto",
+        "Seconds per block write and read (lists of `repeats`) to a new scratch file in `directory`, and the I/O "
+        "mode used.");
+}

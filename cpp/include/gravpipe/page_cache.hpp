@@ -1,0 +1,118 @@
+// The in-core page cache of the out-of-core store: a fixed number of page frames (charged to
+// the memory budget), CLOCK or LRU eviction, pin counts through RAII handles so a page in use
+// is never evicted, write-back of dirty pages on eviction and flush with a CRC32C computed
+// then and checked on every read back from the file. Thread-safe: many OpenMP threads and the
+// read-ahead thread pin pages at once; file I/O runs outside the lock, and a page being
+// loaded or written back is "busy", so whoever asks for it waits instead of reading a stale
+// copy.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gravpipe/aligned_buffer.hpp"
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/page_file.hpp"
+#include "gravpipe/span.hpp"
+#include "gravpipe/store_counters.hpp"
+
+namespace gravpipe {
+
+enum class Eviction { Clock, Lru };
+Eviction parse_eviction(const std::string& name);  // "clock", "lru"
+std::string eviction_name(Eviction e);
+
+class PageCache;
+class EvictionPolicy;
+
+/// A pinned page: its bytes stay in their frame until the handle is destroyed (move-only).
+class PageHandle {
+ public:
+  PageHandle(PageHandle&& o) noexcept : cache_(o.cache_), frame_(o.frame_), data_(o.data_) { o.cache_ = nullptr; }
+  PageHandle& operator=(PageHandle&&) = delete;
+  PageHandle(const PageHandle&) = delete;
+  PageHandle& operator=(const PageHandle&) = delete;
+  ~PageHandle();
+  unsigned char* data() const { return data_; }
+
+ private:
+  friend class PageCache;
+  PageHandle(PageCache* cache, int frame, unsigned char* data) : cache_(cache), frame_(frame), data_(data) {}
+  PageCache* cache_;  // not owned
+  int frame_;
+  unsigned char* data_;
+};
+
+class PageCache {
+ public:
+  enum class Access {
+    Read,       // the page's bytes as stored
+    Modify,     // read, and the caller changes some bytes: dirty
+    Overwrite,  // the caller replaces every byte it will ever read back: dirty, not read first
+  };
+
+  /// `frames` frames of the file's page size over `pages` pages, charged to `budget`.
+  PageCache(const PageFile& file, std::int64_t pages, std::int64_t frames, Eviction eviction, MemoryBudget& budget);
+  ~PageCache();
+  PageCache(const PageCache&) = delete;
+  PageCache& operator=(const PageCache&) = delete;
+
+  /// Pin `page`, loading it (after writing back the frame's old page if dirty) when absent.
+  /// Waits while every frame is pinned. Throws StoreError / ChecksumError naming the page.
+  PageHandle pin(std::int64_t page, Access access);
+  /// Load `page` unpinned if it is absent and a frame is free to take; never waits for a
+  /// frame. Returns whether it loaded. For the read-ahead thread.
+  bool prefetch(std::int64_t page);
+  /// Write back every dirty page (waits for pinned ones to be released).
+  void flush();
+  /// flush(), then empty every unpinned frame: the next reads come from the file.
+  void evict_all();
+
+  bool resident(std::int64_t page) const;
+  StoreCounters counters() const;
+  void reset_counters();
+  std::int64_t frames() const { return static_cast<std::int64_t>(frames_.size()); }
+  std::int64_t pages() const { return pages_; }
+  /// Describes a page in error messages (the store names its field and particles).
+  void set_page_namer(std::function<std::string(std::int64_t)> namer) { namer_ = std::move(namer); }
+
+ private:
+  friend class PageHandle;
+  enum class State { Empty, Ready, Busy };
+  struct Frame {
+    std::int64_t page = -1;
+    int pins = 0;
+    bool dirty = false;
+    bool prefetched = false;  // loaded by read-ahead and not pinned since
+    State state = State::Empty;
+  };
+
+  int acquire(std::int64_t page, Access access, bool prefetch);
+  int load_into(int frame, std::int64_t page, Access access, bool prefetch, std::unique_lock<std::mutex>& lock);
+  void write_back(std::int64_t page, const unsigned char* data);
+  void read_in(std::int64_t page, unsigned char* data);
+  void unpin(int frame);
+  unsigned char* frame_data(int frame) const;
+  std::string describe(std::int64_t page) const;
+
+  const PageFile& file_;
+  const std::int64_t pages_;
+  const std::size_t page_bytes_;
+  Reservation frames_charge_, tables_charge_;
+  AlignedBuffer memory_;                 // frames x page_bytes
+  std::vector<Frame> frames_;
+  std::vector<std::uint32_t> crc_;       // per page: CRC32C at its last write-back
+  std::vector<std::uint8_t> written_;    // per page: ever written to the file
+  std::unordered_map<std::int64_t, int> table_;  // resident (or busy) page -> frame
+  std::unique_ptr<EvictionPolicy> policy_;
+  StoreCounters counters_;
+  std::function<std::string(std::int64_t)> namer_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;      // a frame became ready, unpinned or empty
+};
+
+}  // namespace gravpipe

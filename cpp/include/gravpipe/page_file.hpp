@@ -1,0 +1,62 @@
+// One scratch file of fixed-size pages, the out-of-core store's backing file. Opened with
+// O_DIRECT where the file system accepts it, so that the bytes counted really cross to the
+// device and the kernel's buffer cache does not hide them (the effect Salmon & Warren warn
+// about, seed 004); where it refuses (tmpfs: EINVAL) the file is buffered and each page is
+// dropped from the buffer cache after its I/O (sync_file_range + posix_fadvise DONTNEED).
+// The mode in use is reported, never chosen silently. I/O errors become StoreError naming
+// the file, the page and the reason. The file is removed when the PageFile is destroyed.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gravpipe/span.hpp"
+
+namespace gravpipe {
+
+enum class IoMode {
+  Auto,      // direct where the file system accepts it, else buffered + fadvise (reported)
+  Direct,    // O_DIRECT or a StoreError saying why not
+  Buffered,  // page cache, each page synced and dropped after its I/O
+};
+
+IoMode parse_io_mode(const std::string& name);  // "auto", "direct", "buffered"
+std::string io_mode_name(IoMode mode);
+
+class PageFile {
+ public:
+  static constexpr std::size_t kAlignment = 4096;  // offsets, lengths and buffers
+
+  /// A new file gravpipe-scratch-<pid>-XXXXXX in `directory` of pages of `page_bytes` (a
+  /// positive multiple of kAlignment). Throws StoreError when the directory cannot hold it,
+  /// or when `mode` is Direct and the file system refuses O_DIRECT.
+  PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode);
+  ~PageFile();  // closes and removes the file
+  PageFile(const PageFile&) = delete;
+  PageFile& operator=(const PageFile&) = delete;
+
+  /// Page `page` into buf (page_bytes, kAlignment-aligned). Thread-safe (pread).
+  void read(std::int64_t page, Span<unsigned char> buf) const;
+  /// buf (page_bytes, aligned) to page `page`. Thread-safe for distinct pages (pwrite).
+  void write(std::int64_t page, Span<const unsigned char> buf) const;
+
+  const std::string& path() const { return path_; }
+  std::size_t page_bytes() const { return page_bytes_; }
+  /// IoMode::Direct or IoMode::Buffered: what is in use.
+  IoMode mode() const { return mode_; }
+  /// Why the mode is what it is ("O_DIRECT", "buffered: O_DIRECT refused by the file system
+  /// (Invalid argument)", "buffered: as requested").
+  const std::string& mode_detail() const { return mode_detail_; }
+
+ private:
+  void open_direct_or_fall_back(IoMode requested);
+  void use_buffered();
+  [[noreturn]] void fail(const char* verb, std::int64_t page, int err) const;
+  std::string path_;
+  std::size_t page_bytes_;
+  int fd_ = -1;
+  IoMode mode_ = IoMode::Buffered;
+  std::string mode_detail_;
+};
+
+}  // namespace gravpipe

@@ -1,0 +1,126 @@
+// The out-of-core particle store (DESIGN.md, "What comes after"; Salmon & Warren, seed 004):
+// per-particle fields as structure-of-arrays columns, each column cut into fixed-size pages
+// of one scratch file, particles in the order they are written (curve order: the caller
+// sorts, gravpipe.store does it for Particles), served through a page cache of a fixed byte
+// budget with read-ahead along the curve. Every element is 8 bytes (float64 or int64), so a
+// page holds page_bytes / 8 particles of one column.
+//
+// Typical use:
+//   StoreConfig c; c.directory = "/scratch"; c.n = n; c.budget_bytes = parse_byte_size("4GiB");
+//   ParticleStore s(c);
+//   s.write("pos", 0, n, pos_bytes);  ...  s.read("pos", b, count, out);
+//   s.counters().bytes_swapped();
+// Reads may run from many threads at once; a write must not overlap a concurrent read or
+// write of the same particles.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/page_cache.hpp"
+#include "gravpipe/page_file.hpp"
+#include "gravpipe/read_ahead.hpp"
+#include "gravpipe/store_counters.hpp"
+
+namespace gravpipe {
+
+enum class FieldType { F64, I64 };
+
+struct FieldSpec {
+  std::string name;
+  int components = 1;  // 3 for vectors: (n, 3) row-major in, three columns inside
+  FieldType type = FieldType::F64;
+};
+
+/// pos(3), vel(3), mass, id (int64), acc(3), pot: what every integrator keeps. Hermite adds
+/// e.g. jerk(3), t, dt through StoreConfig::fields.
+std::vector<FieldSpec> default_fields();
+
+struct StoreConfig {
+  std::string directory;                          // where the scratch file goes
+  std::int64_t n = 0;                             // particles
+  std::vector<FieldSpec> fields = default_fields();
+  std::size_t page_bytes = std::size_t{1} << 20;  // a multiple of 4096
+  std::uint64_t budget_bytes = std::uint64_t{4} << 30;
+  std::uint64_t cache_bytes = 0;  // 0: half of what the budget has left after the tables, the
+                                  // other half staying for tree cells, lists and blocks
+  Eviction eviction = Eviction::Clock;
+  IoMode io_mode = IoMode::Auto;
+  int read_ahead = 4;  // pages ahead along a column (0: no read-ahead thread)
+  int threads = 0;     // threads that may pin at once (0: OpenMP's maximum)
+};
+
+class ParticleStore {
+ public:
+  /// Throws BudgetError (naming the least budget that works) when the budget cannot hold the
+  /// page tables and the fewest frames the threads need; StoreError when the scratch
+  /// directory cannot take the file; InputError for a bad configuration.
+  explicit ParticleStore(const StoreConfig& config);
+  ~ParticleStore();  // the scratch file is removed
+  ParticleStore(const ParticleStore&) = delete;
+  ParticleStore& operator=(const ParticleStore&) = delete;
+
+  /// The least budget_bytes that config can run with: the page tables plus threads + 2 frames
+  /// (+1 for read-ahead) of page_bytes.
+  static std::uint64_t least_budget(const StoreConfig& config);
+
+  /// Particles [begin, begin + count) of `field` from `values`: count x components 8-byte
+  /// elements, row-major (the numpy (count, 3) layout).
+  void write(const std::string& field, std::int64_t begin, std::int64_t count, const void* values);
+  /// The same range into `out` (same layout). Hints read-ahead of the pages that follow.
+  void read(const std::string& field, std::int64_t begin, std::int64_t count, void* out);
+  /// One component of a field as doubles (PagedParticles: x, y, z, m).
+  void read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,
+                      double* out);
+
+  void flush();      // every dirty page to the file
+  void evict_all();  // flush, then empty the cache: the next reads come from the file
+
+  /// The scratch-file page that holds element `index` of component `component` of `field`.
+  std::int64_t page_of(const std::string& field, int component, std::int64_t index) const;
+
+  std::int64_t size() const { return n_; }
+  const std::vector<FieldSpec>& fields() const { return fields_; }
+  const FieldSpec& field(const std::string& name) const;
+  std::int64_t particles_per_page() const { return per_page_; }
+  std::int64_t pages() const { return cache_->pages(); }
+  std::int64_t frames() const { return cache_->frames(); }
+  std::size_t page_bytes() const { return file_->page_bytes(); }
+  const PageFile& file() const { return *file_; }
+  MemoryBudget& budget() { return *budget_; }
+  const MemoryBudget& budget() const { return *budget_; }
+  Eviction eviction() const { return eviction_; }
+  StoreCounters counters() const { return cache_->counters(); }
+  void reset_counters() { cache_->reset_counters(); }
+  std::int64_t read_ahead_failures() const { return read_ahead_->failures(); }
+
+ private:
+  struct Column {
+    std::size_t field;
+    int component;
+  };
+  /// Copy particles [begin, begin+count) of one column between the pages and a strided
+  /// buffer (element k at buf + ((k - begin) * stride) * 8).
+  template <bool kWrite>
+  void copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf, int stride);
+  std::int64_t first_column(const std::string& field) const;
+  void check_range(const std::string& field, std::int64_t begin, std::int64_t count) const;
+  std::string name_page(std::int64_t page) const;
+
+  std::int64_t n_;
+  std::vector<FieldSpec> fields_;
+  std::vector<std::int64_t> first_column_;  // per field
+  std::vector<Column> columns_;
+  std::int64_t per_page_;
+  std::int64_t pages_per_column_;
+  Eviction eviction_;
+  int read_ahead_pages_;
+  std::unique_ptr<MemoryBudget> budget_;    // outlives everything charged to it
+  std::unique_ptr<PageFile> file_;
+  std::unique_ptr<PageCache> cache_;
+  std::unique_ptr<ReadAhead> read_ahead_;   // stops first
+};
+
+}  // namespace gravpipe

@@ -1,0 +1,61 @@
+// Which page frame gives way when a page must come in: CLOCK (a reference bit per frame and a
+// sweeping hand: cheap, close to LRU) or exact LRU (a use stamp per frame, the least recent
+// evictable frame). Not thread-safe: the page cache calls it under its lock.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gravpipe/page_cache.hpp"
+
+namespace gravpipe {
+
+class EvictionPolicy {
+ public:
+  EvictionPolicy(Eviction kind, std::size_t frames) : kind_(kind), ref_(frames, 0), stamp_(frames, 0) {}
+
+  /// Frame `f` was just used.
+  void touch(std::size_t f) {
+    ref_[f] = 1;
+    stamp_[f] = ++tick_;
+  }
+
+  /// The frame to reuse among those where can_evict(f) holds, or -1 when none does.
+  template <class CanEvict>
+  int victim(CanEvict&& can_evict) {
+    return kind_ == Eviction::Clock ? clock_victim(can_evict) : lru_victim(can_evict);
+  }
+
+ private:
+  template <class CanEvict>
+  int clock_victim(CanEvict& can_evict) {
+    const std::size_t n = ref_.size();
+    for (std::size_t step = 0; step < 2 * n; ++step) {  // two sweeps clear every bit once
+      const std::size_t f = hand_;
+      hand_ = (hand_ + 1) % n;
+      if (!can_evict(f)) continue;
+      if (ref_[f] != 0) {
+        ref_[f] = 0;  // a second chance
+        continue;
+      }
+      return static_cast<int>(f);
+    }
+    return -1;
+  }
+
+  template <class CanEvict>
+  int lru_victim(CanEvict& can_evict) {
+    int best = -1;
+    for (std::size_t f = 0; f < stamp_.size(); ++f)
+      if (can_evict(f) && (best < 0 || stamp_[f] < stamp_[static_cast<std::size_t>(best)])) best = static_cast<int>(f);
+    return best;
+  }
+
+  Eviction kind_;
+  std::vector<std::uint8_t> ref_;     // CLOCK reference bits
+  std::vector<std::uint64_t> stamp_;  // LRU use stamps
+  std::uint64_t tick_ = 0;
+  std::size_t hand_ = 0;
+};
+
+}  // namespace gravpipe

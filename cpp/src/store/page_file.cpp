@@ -1,0 +1,167 @@
+// The scratch page file: creation, direct-or-buffered mode, pread/pwrite with EINTR and
+// short-transfer handling, errors that name file, page and reason, removal on destruction.
+#include "gravpipe/page_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "gravpipe/aligned_buffer.hpp"
+#include "gravpipe/error.hpp"
+
+namespace gravpipe {
+
+namespace {
+
+std::string errno_text(int err) {
+  std::string text = std::error_code(err, std::generic_category()).message();
+  switch (err) {
+    case ENOSPC: return text + " (ENOSPC): the scratch disk is full; free space or name another scratch directory";
+    case EDQUOT: return text + " (EDQUOT): the disk quota is used up; free space or name another scratch directory";
+    case EFBIG: return text + " (EFBIG): the file size limit (ulimit -f) or the file system's largest file is reached";
+    case EIO: return text + " (EIO): the device reported an I/O error";
+    default: return text;
+  }
+}
+
+/// Close and unlink a half-made file when the constructor throws after creating it.
+struct CreatedFile {
+  std::string path;
+  int fd;
+  bool keep = false;
+  ~CreatedFile() {
+    if (keep) return;
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+};
+
+}  // namespace
+
+IoMode parse_io_mode(const std::string& name) {
+  if (name == "auto") return IoMode::Auto;
+  if (name == "direct") return IoMode::Direct;
+  if (name == "buffered") return IoMode::Buffered;
+  throw InputError("io mode: unknown '" + name + "' (expected auto, direct or buffered)");
+}
+
+std::string io_mode_name(IoMode mode) {
+  switch (mode) {
+    case IoMode::Auto: return "auto";
+    case IoMode::Direct: return "direct";
+    case IoMode::Buffered: break;
+  }
+  return "buffered";
+}
+
+PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode) : page_bytes_(page_bytes) {
+  if (page_bytes == 0 || page_bytes % kAlignment != 0)
+    throw InputError("page size: must be a positive multiple of " + std::to_string(kAlignment) +
+                     " bytes (direct I/O alignment), got " + std::to_string(page_bytes));
+  std::string name = directory + "/gravpipe-scratch-" + std::to_string(::getpid()) + "-XXXXXX";
+  std::vector<char> templ(name.begin(), name.end());
+  templ.push_back('\0');
+  const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw StoreError("scratch directory " + directory + ": cannot create a page file there: " + errno_text(err),
+                     directory, -1);
+  }
+  path_ = templ.data();
+  fd_ = fd;
+  CreatedFile guard{path_, fd_};
+  open_direct_or_fall_back(mode);
+  guard.keep = true;
+}
+
+void PageFile::open_direct_or_fall_back(IoMode requested) {
+  if (requested == IoMode::Buffered) {
+    use_buffered();
+    mode_detail_ = "buffered (as requested), pages synced and dropped from the buffer cache after I/O";
+    return;
+  }
+  // Probe with one aligned write: some file systems accept O_DIRECT at open and refuse the I/O.
+  int err = 0;
+  const int dfd = ::open(path_.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+  if (dfd < 0) {
+    err = errno;
+  } else {
+    const AlignedBuffer probe(kAlignment);
+    if (::pwrite(dfd, probe.data(), kAlignment, 0) != static_cast<ssize_t>(kAlignment)) err = errno ? errno : EIO;
+    if (err != 0) ::close(dfd);
+  }
+  if (err == 0) {
+    ::close(fd_);
+    fd_ = dfd;
+    mode_ = IoMode::Direct;
+    mode_detail_ = "direct (O_DIRECT)";
+    return;
+  }
+  const std::string why = "O_DIRECT refused by the file system: " + errno_text(err);
+  if (requested == IoMode::Direct || err != EINVAL)
+    throw StoreError("scratch file " + path_ + ": " + why, path_, -1);
+  use_buffered();
+  mode_detail_ = "buffered + fadvise (" + why + ")";
+}
+
+void PageFile::use_buffered() {
+  mode_ = IoMode::Buffered;
+  // No kernel read-ahead: it would pull the following pages into the buffer cache, and their
+  // reads would then count as device traffic that never happened (our read-ahead thread
+  // does this job, and is counted).
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+}
+
+PageFile::~PageFile() {
+  ::close(fd_);
+  ::unlink(path_.c_str());  // scratch, never an archive: gone when the store goes
+}
+
+void PageFile::fail(const char* verb, std::int64_t page, int err) const {
+  throw StoreError("scratch file " + path_ + ": " + verb + " page " + std::to_string(page) + " failed: " +
+                       errno_text(err),
+                   path_, page);
+}
+
+void PageFile::read(std::int64_t page, Span<unsigned char> buf) const {
+  const off_t offset = static_cast<off_t>(page) * static_cast<off_t>(page_bytes_);
+  std::size_t done = 0;
+  while (done < page_bytes_) {
+    const ssize_t got = ::pread(fd_, buf.data() + done, page_bytes_ - done, offset + static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail("reading", page, errno);
+    if (got == 0)
+      throw StoreError("scratch file " + path_ + ": reading page " + std::to_string(page) +
+                           " failed: the file ends early (truncated by someone else?)",
+                       path_, page);
+    done += static_cast<std::size_t>(got);
+  }
+  if (mode_ == IoMode::Buffered) ::posix_fadvise(fd_, offset, static_cast<off_t>(page_bytes_), POSIX_FADV_DONTNEED);
+}
+
+void PageFile::write(std::int64_t page, Span<const unsigned char> buf) const {
+  const off_t offset = static_cast<off_t>(page) * static_cast<off_t>(page_bytes_);
+  std::size_t done = 0;
+  while (done < page_bytes_) {
+    const ssize_t put = ::pwrite(fd_, buf.data() + done, page_bytes_ - done, offset + static_cast<off_t>(done));
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) fail("writing", page, errno);
+    if (put == 0) fail("writing", page, ENOSPC);  // no progress and no error: treat as full
+    done += static_cast<std::size_t>(put);
+  }
+  if (mode_ == IoMode::Buffered) {
+    // Write the page out now (errors such as ENOSPC surface here, not at some later close)
+    // and drop it, so the next read of it goes to the device.
+    const auto len = static_cast<off_t>(page_bytes_);
+    if (::sync_file_range(fd_, offset, len,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+      fail("syncing", page, errno);
+    ::posix_fadvise(fd_, offset, len, POSIX_FADV_DONTNEED);
+  }
+}
+
+}  // namespace gravpipe

@@ -1,0 +1,64 @@
+// The read-ahead thread: a bounded queue of hinted pages served in order.
+#include "gravpipe/read_ahead.hpp"
+
+#include <algorithm>
+
+namespace gravpipe {
+
+ReadAhead::ReadAhead(PageCache& cache, std::size_t queue_pages) : cache_(cache), capacity_(queue_pages) {
+  if (capacity_ > 0) thread_ = std::thread([this] { serve(); });
+}
+
+ReadAhead::~ReadAhead() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReadAhead::hint(std::int64_t page) {
+  if (capacity_ == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.size() >= capacity_ || std::find(queue_.begin(), queue_.end(), page) != queue_.end()) return;
+    queue_.push_back(page);
+  }
+  wake_.notify_one();
+}
+
+void ReadAhead::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return (queue_.empty() && !working_) || stop_; });
+}
+
+std::int64_t ReadAhead::failures() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failures_;
+}
+
+void ReadAhead::serve() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) break;
+    const std::int64_t page = queue_.front();
+    queue_.pop_front();
+    working_ = true;
+    lock.unlock();
+    bool failed = false;
+    try {
+      cache_.prefetch(page);
+    } catch (...) {  // reported again, with its message, by the reader's own pin
+      failed = true;
+    }
+    lock.lock();
+    working_ = false;
+    if (failed) ++failures_;
+    if (queue_.empty()) idle_.notify_all();
+  }
+  idle_.notify_all();
+}
+
+}  // namespace gravpipe

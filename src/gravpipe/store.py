@@ -1,0 +1,279 @@
+"""The out-of-core particle store (Salmon & Warren, seed 004): per-particle fields in
+fixed-size pages of a scratch file, in curve order, read and written through an in-core page
+cache that stays within a byte budget.
+
+Each field is kept as structure-of-arrays columns (``pos`` is three columns x, y, z), each
+column cut into pages of ``page_bytes`` (``page_bytes / 8`` particles). The cache evicts with
+CLOCK (or LRU), writes dirty pages back with a CRC32C that is checked on every read from the
+file (a mismatch raises :class:`~gravpipe.errors.ChecksumError` naming the page: corrupt data
+is never used), and a background thread reads ahead along the curve so that I/O overlaps
+compute. The scratch file is opened with ``O_DIRECT`` where the file system accepts it, so
+the counted bytes really reach the device rather than the kernel's buffer cache; elsewhere
+it is buffered and each page is synced and dropped after its I/O. ``io_mode`` /
+``io_detail`` say which, never silently.
+
+Typical use::
+
+    from gravpipe.store import ParticleStore
+    with ParticleStore("/scratch", n=10_000_000, memory_budget="2GiB") as s:
+        s.write("pos", 0, pos)              # (n, 3) float64, particles in curve order
+        x = s.read("pos", 1000, 2000)       # (1000, 3)
+        print(s.stats()["bytes_swapped"])   # bytes read + written, as seed 004 reports
+    # the scratch file is gone here, also when the block raised
+
+Errors: :class:`~gravpipe.errors.MemoryBudgetError` (a ``ValueError``) when the budget is too
+small, with the least budget that works; :class:`~gravpipe.errors.StoreError` for I/O
+failures (the disk full, the file size limit) naming the file, the page and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+import numpy as np
+
+from gravpipe import _core
+
+#: name -> (components, dtype) of the fields every store has; Hermite adds e.g.
+#: ``extra_fields={"jerk": 3, "t": 1, "dt": 1}``.
+DEFAULT_FIELDS: dict[str, tuple[int, str]] = {
+    "pos": (3, "f64"), "vel": (3, "f64"), "mass": (1, "f64"), "id": (1, "i64"), "acc": (3, "f64"), "pot": (1, "f64"),
+}
+DEFAULT_PAGE_BYTES = 1 << 20
+_DTYPES = {"f64": np.float64, "i64": np.int64}
+
+
+def parse_byte_size(value: str | int) -> int:
+    """Bytes from ``"4GiB"``, ``"512 MiB"``, ``"1.5GB"``, ``"64k"`` or a plain count (binary
+    units KiB..TiB and K/M/G/T, decimal kB..TB, case-insensitive). The one parser behind
+    every size option (``memory_budget=``, ``--memory-budget``). ValueError naming the text
+    otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"byte size: expected a size such as '4GiB' or a byte count, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise ValueError(f"byte size: must be >= 0, got {value}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"byte size: expected a size such as '4GiB' or a byte count, got {value!r}")
+    return int(_core.parse_byte_size(value))
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as ``"4 GiB"``, ``"1.50 MiB"``."""
+    return str(_core.format_bytes(int(n)))
+
+
+def _field_list(extra_fields: Mapping[str, int | tuple[int, str]] | None) -> list[tuple[str, int, str]]:
+    fields = dict(DEFAULT_FIELDS)
+    for name, spec in (extra_fields or {}).items():
+        comps, dtype = (spec, "f64") if isinstance(spec, (int, np.integer)) else spec
+        if dtype not in _DTYPES:
+            raise ValueError(f"extra_fields: field {name!r} dtype must be 'f64' or 'i64', got {dtype!r}")
+        if name in fields:
+            raise ValueError(f"extra_fields: field {name!r} exists already")
+        fields[name] = (int(comps), dtype)
+    return [(name, comps, dtype) for name, (comps, dtype) in fields.items()]
+
+
+class ParticleStore:
+    """Particles [0, n) in pages of a scratch file in ``scratch``, with an in-core cache
+    within ``memory_budget``.
+
+    Parameters
+    ----------
+    scratch : path
+        An existing directory for the scratch file (``gravpipe-scratch-<pid>-XXXXXX``).
+    n : int
+        Number of particles.
+    memory_budget : str or int
+        Bytes for everything that grows with N: the page checksum table, the page cache
+        (``cache_bytes``, by default half of what the table leaves) and what later charges
+        the same budget (PagedParticles blocks; tree cells and lists). Too small:
+        MemoryBudgetError with the least budget that works.
+    page_bytes : str or int
+        Page size, a multiple of 4096 (direct I/O alignment); default 1 MiB.
+    extra_fields : {name: components or (components, "f64"|"i64")}
+        Fields besides pos, vel, mass, id, acc, pot.
+    cache_bytes : str or int, optional
+        The page cache's share of the budget.
+    eviction : "clock" or "lru"
+    io : "auto", "direct" or "buffered"
+        "auto": O_DIRECT where the file system accepts it, else buffered + fadvise (see
+        ``io_mode`` / ``io_detail``); "direct" raises StoreError where it is refused.
+    read_ahead : int
+        Pages fetched ahead along a column by the background thread (0: none).
+    threads : int, optional
+        Threads that read at once (sizes the fewest frames); default OpenMP's maximum.
+    """
+
+    def __init__(self, scratch: str | os.PathLike, n: int, memory_budget: str | int = "4GiB",
+                 page_bytes: str | int = DEFAULT_PAGE_BYTES,
+                 extra_fields: Mapping[str, int | tuple[int, str]] | None = None,
+                 cache_bytes: str | int | None = None, eviction: str = "clock", io: str = "auto",
+                 read_ahead: int = 4, threads: int | None = None):
+        if int(n) < 1:
+            raise ValueError(f"n: must be >= 1, got {n}")
+        if read_ahead < 0:
+            raise ValueError(f"read_ahead: must be >= 0, got {read_ahead}")
+        self._fields = _field_list(extra_fields)
+        self._core = _core.ParticleStore(
+            os.fspath(scratch), int(n), self._fields, parse_byte_size(page_bytes), parse_byte_size(memory_budget),
+            0 if cache_bytes is None else parse_byte_size(cache_bytes), eviction, io, int(read_ahead),
+            int(threads or 0))
+        self.n = int(n)
+
+    @staticmethod
+    def least_budget(n: int, page_bytes: str | int = DEFAULT_PAGE_BYTES,
+                     extra_fields: Mapping[str, int | tuple[int, str]] | None = None, read_ahead: int = 4,
+                     threads: int | None = None) -> int:
+        """The least ``memory_budget`` (bytes) a store of these parameters runs with."""
+        return int(_core.ParticleStore.least_budget(int(n), _field_list(extra_fields), parse_byte_size(page_bytes),
+                                                    int(read_ahead), int(threads or 0)))
+
+    # ---- data --------------------------------------------------------------------------
+
+    def field(self, name: str) -> tuple[int, str]:
+        """(components, dtype) of a field; ValueError listing the fields for an unknown name."""
+        for fname, comps, dtype in self._fields:
+            if fname == name:
+                return comps, dtype
+        raise ValueError(f"store: no field {name!r} (fields: {', '.join(f[0] for f in self._fields)})")
+
+    @property
+    def fields(self) -> list[str]:
+        return [f[0] for f in self._fields]
+
+    def write(self, field: str, begin: int, values: np.ndarray) -> None:
+        """Particles [begin, begin + len(values)) of ``field``: shape (count, components), or
+        (count,) for scalar fields; float64 (int64 for ``id``)."""
+        comps, dtype = self.field(field)
+        arr = np.ascontiguousarray(values, dtype=_DTYPES[dtype])
+        want = (len(arr),) if comps == 1 else (len(arr), comps)
+        if arr.ndim == 0 or arr.shape != want:
+            raise ValueError(f"store: field {field!r} takes shape (count,{'' if comps == 1 else f' {comps}'}), "
+                             f"got {np.shape(values)}")
+        if dtype == "f64":
+            self._core.write_f64(field, int(begin), arr)
+        else:
+            self._core.write_i64(field, int(begin), arr)
+
+    def read(self, field: str, begin: int, end: int) -> np.ndarray:
+        """Particles [begin, end) of ``field``: (end - begin, components) or (end - begin,)."""
+        if end < begin:
+            raise ValueError(f"store: end {end} < begin {begin}")
+        return self._core.read(field, int(begin), int(end) - int(begin))
+
+    def read_blocks(self, begins: Sequence[int], ends: Sequence[int], threads: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """x, y, z, m of blocks [begins[k], ends[k]) read through the core's PagedParticles
+        accessor (the one the tree will use) by OpenMP threads in parallel, concatenated in k
+        order."""
+        return _core.store_read_blocks(
+            self._core, np.ascontiguousarray(begins, np.int64), np.ascontiguousarray(ends, np.int64), int(threads or 0))
+
+    def flush(self) -> None:
+        """Write every dirty page to the scratch file."""
+        self._core.flush()
+
+    def evict_all(self) -> None:
+        """Flush, then empty the cache: the next reads come from the file."""
+        self._core.evict_all()
+
+    def page_of(self, field: str, component: int, index: int) -> int:
+        """The scratch-file page holding component ``component`` of particle ``index``."""
+        return int(self._core.page_of(field, int(component), int(index)))
+
+    # ---- counters ----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float | int | str]:
+        """Counters since creation or reset_stats(): pages_read, bytes_read, pages_written,
+        bytes_written, bytes_swapped (read + written, seed 004's figure), hits, misses,
+        evictions, prefetched, prefetch_hits, checksum_checks, stall_seconds (compute threads
+        waiting on I/O); and io_mode, frames, page_bytes, budget_bytes, budget_used_bytes."""
+        s = dict(self._core.counters())
+        s.update(io_mode=self.io_mode, io_detail=self.io_detail, eviction=self._core.eviction, frames=self.frames,
+                 pages=self.pages, page_bytes=self.page_bytes, budget_bytes=int(self._core.budget_total),
+                 budget_used_bytes=int(self._core.budget_used), read_ahead_failures=int(self._core.read_ahead_failures()))
+        return s
+
+    def reset_stats(self) -> None:
+        """Zero the counters (e.g. at the start of each step, for bytes swapped per step)."""
+        self._core.reset_counters()
+
+    @property
+    def path(self) -> str:
+        """The scratch file."""
+        return str(self._core.path)
+
+    @property
+    def io_mode(self) -> str:
+        """"direct" (O_DIRECT) or "buffered" (page cache, synced and dropped per page)."""
+        return str(self._core.io_mode)
+
+    @property
+    def io_detail(self) -> str:
+        """Why the I/O mode is what it is (e.g. the file system's refusal of O_DIRECT)."""
+        return str(self._core.io_detail)
+
+    @property
+    def frames(self) -> int:
+        return int(self._core.frames)
+
+    @property
+    def pages(self) -> int:
+        return int(self._core.pages)
+
+    @property
+    def page_bytes(self) -> int:
+        return int(self._core.page_bytes)
+
+    @property
+    def particles_per_page(self) -> int:
+        return int(self._core.particles_per_page)
+
+    # ---- lifetime ----------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._core.closed)
+
+    def close(self) -> None:
+        """Remove the scratch file and free the cache (the store is unusable afterwards).
+        Dirty pages are dropped: the store is scratch, not an archive."""
+        self._core.close()
+
+    def __enter__(self) -> ParticleStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "ParticleStore(closed)"
+        return (f"ParticleStore(n={self.n}, path={self.path!r}, io={self.io_mode}, frames={self.frames} x "
+                f"{format_bytes(self.page_bytes)}, budget={format_bytes(int(self._core.budget_total))})")
+
+
+def from_particles(particles, scratch: str | os.PathLike, chunk: int = 1 << 20, **store_kwargs
+                   ) -> tuple[ParticleStore, np.ndarray]:
+    """A store holding ``particles`` (a :class:`gravpipe.Particles`) in curve order, written
+    in chunks of ``chunk`` particles. Returns (store, order): particle k of the store is
+    ``particles[order[k]]``. The caller closes the store (or uses it in a ``with``)."""
+    order = np.asarray(_core.curve_order(np.ascontiguousarray(particles.pos, np.float64)))
+    store = ParticleStore(scratch, len(order), **store_kwargs)
+    try:
+        for b in range(0, len(order), chunk):
+            idx = order[b:b + chunk]
+            store.write("pos", b, particles.pos[idx])
+            store.write("vel", b, particles.vel[idx])
+            store.write("mass", b, particles.mass[idx])
+            store.write("id", b, particles.id[idx])
+    except BaseException:
+        store.close()
+        raise
+    return store, order

@@ -1,0 +1,327 @@
+"""The out-of-core particle store (gravpipe.store, cpp/src/store): data round trips bit for
+bit through a cache of a few pages (so eviction, write-back and CRC checks really happen),
+CRC32C against published vectors and a bitwise reference, corrupt pages, a full disk, the
+scratch file's removal, the memory budget, and the PagedParticles accessor under threads."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gravpipe as gp
+from gravpipe import _core
+from gravpipe.errors import ChecksumError, MemoryBudgetError, StoreError
+from gravpipe.store import ParticleStore, from_particles, parse_byte_size
+
+PAGE = 4096  # 512 particles per page: many pages from small sets
+
+
+def crc32c_bitwise(data: bytes) -> int:
+    """CRC32C one bit at a time from the polynomial's definition (independent of both the
+    core's table and its SSE4.2 instruction)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+IMPLS = ["portable"] + (["sse4.2"] if _core.crc32c_implementation() == "sse4.2" else [])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_crc32c_known_vectors(impl):
+    def crc(b: bytes) -> int:
+        return _core.crc32c(np.frombuffer(b, np.uint8) if b else np.zeros(0, np.uint8), impl)
+
+    assert crc(b"123456789") == 0xE3069283  # the check value of CRC-32C
+    assert crc(b"") == 0
+    # RFC 3720 (iSCSI) B.4 test vectors
+    assert crc(bytes(32)) == 0x8A9136AA
+    assert crc(b"\xff" * 32) == 0x62A8AB43
+    assert crc(bytes(range(32))) == 0x46DD794E
+    assert crc(bytes(range(31, -1, -1))) == 0x113FDB5C
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_crc32c_matches_bitwise_reference_on_odd_lengths_and_offsets(impl):
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 300, dtype=np.uint8)
+    for start, length in [(0, 1), (1, 7), (3, 8), (5, 9), (0, 64), (7, 200), (11, 289)]:
+        chunk = np.ascontiguousarray(data[start:start + length])
+        assert _core.crc32c(chunk, impl) == crc32c_bitwise(chunk.tobytes())
+
+
+def test_parse_byte_size():
+    assert parse_byte_size("4GiB") == 4 * 2 ** 30
+    assert parse_byte_size("512 MiB") == 512 * 2 ** 20
+    assert parse_byte_size("1.5GB") == 1_500_000_000
+    assert parse_byte_size("64k") == 65536
+    assert parse_byte_size("2gib") == 2 * 2 ** 30
+    assert parse_byte_size(4096) == 4096
+    assert parse_byte_size("4096") == 4096
+    for bad in ["4 parsecs", "", "GiB", "-1", "1.2.3MiB"]:
+        with pytest.raises(ValueError, match="byte size"):
+            parse_byte_size(bad)
+
+
+def small_store(tmp_path, n, **kw) -> ParticleStore:
+    """A store whose cache is the fewest frames that work (a handful of pages)."""
+    kw.setdefault("threads", 2)
+    kw.setdefault("read_ahead", 2)
+    budget = ParticleStore.least_budget(n, PAGE, read_ahead=kw["read_ahead"], threads=kw["threads"])
+    return ParticleStore(tmp_path, n, memory_budget=budget + 3 * PAGE, page_bytes=PAGE, **kw)
+
+
+@pytest.mark.parametrize("eviction", ["clock", "lru"])
+def test_round_trip_bit_for_bit_through_a_few_pages(tmp_path, eviction):
+    n = 20_000
+    rng = np.random.default_rng(1)
+    pos, vel, mass = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.random(n)
+    ids = rng.permutation(n).astype(np.int64) * 7 - 3
+    with small_store(tmp_path, n, eviction=eviction, extra_fields={"jerk": 3, "t": (1, "f64")}) as s:
+        assert s.frames <= 10 < s.pages  # the data cannot stay in memory
+        # writes in uneven chunks that straddle pages (read-modify-write of partial pages)
+        cuts = np.unique(np.concatenate([[0, n], rng.integers(0, n, 40)]))
+        for b, e in zip(cuts[:-1], cuts[1:]):
+            s.write("pos", b, pos[b:e])
+            s.write("mass", b, mass[b:e])
+            s.write("id", b, ids[b:e])
+        s.write("vel", 0, vel)
+        s.write("jerk", 0, -vel)
+        for b, e in [(0, n), (0, 1), (n - 1, n), (511, 513), (4000, 13_000), (n - 700, n)]:
+            assert np.array_equal(s.read("pos", b, e), pos[b:e])
+            assert np.array_equal(s.read("mass", b, e), mass[b:e])
+            assert np.array_equal(s.read("id", b, e), ids[b:e])
+            assert np.array_equal(s.read("jerk", b, e), -vel[b:e])
+        assert s.read("id", 0, n).dtype == np.int64
+        s.evict_all()
+        s.reset_stats()
+        assert np.array_equal(s.read("vel", 0, n), vel)  # every page from the file
+        st = s.stats()
+    pages_vel = 3 * -(-n // (PAGE // 8))
+    assert st["pages_read"] == pages_vel and st["bytes_read"] == pages_vel * PAGE
+    assert st["checksum_checks"] == st["pages_read"]
+    assert st["misses"] > 0 and st["evictions"] > 0
+    assert st["bytes_swapped"] == st["bytes_read"] + st["bytes_written"]
+    assert st["eviction"] == eviction
+
+
+def test_counters_show_write_back_and_misses(tmp_path):
+    n = 10_000
+    x = np.arange(n, dtype=np.float64)
+    with small_store(tmp_path, n) as s:
+        s.write("pot", 0, x)
+        st = s.stats()
+        per_column = -(-n // (PAGE // 8))
+        assert st["misses"] == per_column  # every page pinned once, none there before
+        assert st["pages_written"] == per_column - s.frames  # the evicted ones, written back
+        assert st["pages_read"] == 0  # whole-page overwrites are never read first
+        s.flush()
+        assert s.stats()["pages_written"] == per_column  # every page on disk once
+        assert np.array_equal(s.read("pot", 0, n), x)
+
+
+def test_flipped_bit_on_disk_names_the_page_and_no_data_is_returned(tmp_path):
+    n = 8192
+    pos = np.random.default_rng(3).normal(size=(n, 3))
+    with small_store(tmp_path, n) as s:
+        s.write("pos", 0, pos)
+        s.evict_all()  # flushed and out of memory: the next read is from the file
+        page = s.page_of("pos", 1, 5000)  # y of particle 5000
+        fd = os.open(s.path, os.O_RDWR)
+        try:
+            off = page * PAGE + 123
+            byte = os.pread(fd, 1, off)
+            os.pwrite(fd, bytes([byte[0] ^ 0x10]), off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with pytest.raises(ChecksumError, match=rf"page {page} \(field 'pos' component 1, particles 4608\.\.5119\)") as e:
+            s.read("pos", 0, n)
+        assert e.value.page == page and e.value.path == s.path
+        assert isinstance(e.value, StoreError)
+        # the other pages are intact and still read; the bad one fails every time
+        assert np.array_equal(s.read("pos", 0, 4608), pos[:4608])
+        with pytest.raises(ChecksumError):
+            s.read("pos", 5000, 5001)
+
+
+DISK_FULL_SCRIPT = textwrap.dedent("""
+    import os, resource, signal, sys
+    import numpy as np
+    from gravpipe.store import ParticleStore
+    from gravpipe.errors import StoreError
+    scratch, checkpoint = sys.argv[1], sys.argv[2]
+    before = open(checkpoint, "rb").read()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG instead of a signal
+    n = 100_000
+    x = np.arange(n, dtype=np.float64)
+    try:
+        with ParticleStore(scratch, n, memory_budget="1MiB", page_bytes=4096, threads=1, read_ahead=0) as s:
+            path = s.path
+            limit = (s.page_of("pot", 0, 0) + 64) * 4096  # the 'disk' holds 64 pages of pot
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            s.write("pot", 0, x[:20_000])           # 40 pages: fits
+            s.flush()
+            assert (s.read("pot", 0, 20_000) == x[:20_000]).all()
+            try:
+                s.write("pot", 20_000, x[20_000:])  # does not
+                s.flush()
+                print("NO ERROR")
+            except StoreError as e:
+                print("ERROR", e.page, e)
+                try:  # the right values or an error, never other values
+                    ok = (s.read("pot", 0, 20_000) == x[:20_000]).all()
+                    print("EARLIER DATA INTACT" if ok else "EARLIER DATA CHANGED")
+                except StoreError as again:  # no clean frame left: the dirty pages cannot go
+                    print("EARLIER DATA REFUSED", "EFBIG" in str(again))
+                raise
+    except StoreError:
+        pass
+    print("SCRATCH GONE", not os.path.exists(path), os.listdir(scratch))
+    print("CHECKPOINT INTACT", open(checkpoint, "rb").read() == before)
+""")
+
+
+def test_disk_full_gives_a_clear_error_and_keeps_checkpoints(tmp_path):
+    """What this proves: a write that the file system refuses (here EFBIG from the file size
+    limit, RLIMIT_FSIZE, the portable stand-in for a full disk without root; ENOSPC takes the
+    same path) raises StoreError naming the file, the page and the reason; data stored before
+    still reads back; the scratch file is removed; another file (a checkpoint) is untouched."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    checkpoint = tmp_path / "checkpoint.h5"
+    checkpoint.write_bytes(os.urandom(10_000))
+    out = subprocess.run([sys.executable, "-c", DISK_FULL_SCRIPT, str(scratch), str(checkpoint)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ERROR" in out.stdout and "NO ERROR" not in out.stdout, out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("ERROR"))
+    assert "gravpipe-scratch-" in line and "EFBIG" in line and "writing page" in line, line
+    assert "EARLIER DATA INTACT" in out.stdout or "EARLIER DATA REFUSED True" in out.stdout, out.stdout
+    assert "SCRATCH GONE True []" in out.stdout
+    assert "CHECKPOINT INTACT True" in out.stdout
+
+
+def test_scratch_file_removed_on_exit_on_error_and_on_collection(tmp_path):
+    with ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE) as s:
+        s.write("mass", 0, np.ones(1000))
+        assert os.path.exists(s.path) and os.path.dirname(s.path) == str(tmp_path)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE) as s:
+            s.write("mass", 0, np.ones(1000))
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []
+    s = ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE)
+    assert len(os.listdir(tmp_path)) == 1
+    del s
+    gc.collect()
+    assert os.listdir(tmp_path) == []
+    s = ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE)
+    s.close()
+    assert os.listdir(tmp_path) == [] and s.closed
+    with pytest.raises(ValueError, match="closed"):
+        s.read("mass", 0, 1)
+
+
+def test_budget_too_small_names_the_least_budget_that_works(tmp_path):
+    n = 100_000
+    least = ParticleStore.least_budget(n, PAGE, threads=2)
+    with pytest.raises(MemoryBudgetError, match=f"least budget that works is .*{least} bytes") as e:
+        ParticleStore(tmp_path, n, memory_budget=least - 1, page_bytes=PAGE, threads=2)
+    assert e.value.least_budget == least and e.value.requested == least - 1
+    assert isinstance(e.value, ValueError)
+    assert os.listdir(tmp_path) == []  # nothing left behind by the failed construction
+    with ParticleStore(tmp_path, n, memory_budget=least, page_bytes=PAGE, threads=2) as s:  # exactly enough
+        x = np.random.default_rng(0).random(n)
+        s.write("mass", 0, x)
+        assert np.array_equal(s.read("mass", 0, n), x)
+        assert s.stats()["budget_used_bytes"] <= least
+    with pytest.raises(MemoryBudgetError, match="least cache that works"):
+        ParticleStore(tmp_path, n, memory_budget="1GiB", cache_bytes=PAGE, page_bytes=PAGE, threads=2)
+
+
+def test_paged_particles_blocks_equal_in_core_blocks_under_threads(tmp_path):
+    """Many OpenMP threads read random blocks through PagedParticles (the accessor the tree
+    will use) from a cache of a few pages with read-ahead running: every block equals the
+    same range of the in-core arrays, which is what InCoreParticles::block returns."""
+    n = 30_000
+    rng = np.random.default_rng(5)
+    pos, mass = rng.normal(size=(n, 3)), rng.random(n)
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=4,
+                       read_ahead=3) as s:
+        s.write("pos", 0, pos)
+        s.write("mass", 0, mass)
+        s.evict_all()
+        s.reset_stats()
+        begins = rng.integers(0, n, 600)
+        ends = np.minimum(begins + rng.integers(0, 1500, 600), n)
+        x, y, z, m = s.read_blocks(begins, ends, threads=4)
+        idx = np.concatenate([np.arange(b, e) for b, e in zip(begins, ends)])
+        assert np.array_equal(x, pos[idx, 0]) and np.array_equal(y, pos[idx, 1])
+        assert np.array_equal(z, pos[idx, 2]) and np.array_equal(m, mass[idx])
+        st = s.stats()
+        assert st["misses"] > 0 and st["evictions"] > 0 and st["prefetched"] > 0
+        # sequential blocks along the curve: read-ahead finds work and its pages get used
+        s.evict_all()
+        s.reset_stats()
+        b = np.arange(0, n, 256)
+        x, _, _, m = s.read_blocks(b, np.minimum(b + 256, n), threads=1)
+        assert np.array_equal(x, pos[:, 0]) and np.array_equal(m, mass)
+        assert s.stats()["prefetch_hits"] > 0
+
+
+def test_paged_particles_blocks_are_charged_to_the_budget(tmp_path):
+    n = 50_000
+    with ParticleStore(tmp_path, n, memory_budget="1MiB", page_bytes=PAGE, threads=2) as s:
+        with pytest.raises(MemoryBudgetError, match="particle block of 50000 particles"):
+            s.read_blocks([0], [n])  # 1.6 MB of copies in a 1 MiB budget
+
+
+def test_io_mode_is_reported(tmp_path):
+    with ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE, io="buffered") as s:
+        assert s.io_mode == "buffered" and "as requested" in s.io_detail
+        s.write("mass", 0, np.arange(1000.0))
+        s.evict_all()
+        assert np.array_equal(s.read("mass", 0, 1000), np.arange(1000.0))
+    with ParticleStore(tmp_path, 1000, memory_budget="1MiB", page_bytes=PAGE) as s:
+        assert s.io_mode in ("direct", "buffered") and s.io_detail
+        assert s.stats()["io_mode"] == s.io_mode
+        if s.io_mode == "buffered":  # a refusal is explained, never silent
+            assert "O_DIRECT refused" in s.io_detail
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    with ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=PAGE) as s:
+        with pytest.raises(ValueError, match="no field 'rho'"):
+            s.read("rho", 0, 1)
+        with pytest.raises(ValueError, match=r"outside \[0, 100\)"):
+            s.write("mass", 90, np.ones(20))
+        with pytest.raises(ValueError, match="shape"):
+            s.write("pos", 0, np.ones(30))
+    with pytest.raises(ValueError, match="multiple of 4096"):
+        ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=5000)
+    with pytest.raises(StoreError, match="cannot create a page file") as e:
+        ParticleStore(tmp_path / "missing", 100, memory_budget="1MiB", page_bytes=PAGE)
+    assert e.value.path == str(tmp_path / "missing")
+    with pytest.raises(ValueError, match="eviction"):
+        ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=PAGE, eviction="fifo")
+
+
+def test_from_particles_stores_curve_order(tmp_path):
+    p = gp.ic.plummer(5000, seed=2)
+    store, order = from_particles(p, tmp_path, chunk=1234, memory_budget="4MiB", page_bytes=PAGE)
+    with store:
+        assert np.array_equal(np.sort(order), np.arange(5000))
+        assert np.array_equal(order, _core.curve_order(p.pos))
+        assert np.array_equal(store.read("pos", 0, 5000), p.pos[order])
+        assert np.array_equal(store.read("id", 0, 5000), p.id[order])
