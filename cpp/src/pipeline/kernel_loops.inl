@@ -139,27 +139,34 @@ inline void j_loop(std::size_t j0, std::size_t j1, const Source& src, const Excl
   }
 }
 
-/// The inclusive range of j indices excluded by an i-block; empty if lo > hi.
-struct ExcludedRange {
-  std::int64_t lo = INT64_MAX, hi = -1;
-  ExcludedRange() = default;
-  ExcludedRange(const std::int64_t* ex, int n) {
-    for (int k = 0; k < n; ++k) {
-      if (ex[k] >= 0) {
-        lo = std::min(lo, ex[k]);
-        hi = std::max(hi, ex[k]);
-      }
-    }
+/// The j indices excluded by an i-block, sorted, with a cursor for tiles visited in
+/// increasing j: a tile takes the masked loop (and, mixed, the near path) only if it holds
+/// one of them. One inclusive [lo, hi] range instead sent every tile between the block's
+/// extreme exclusions down the near path, which doubled the near tiles when the j-set is
+/// in another curve order than the i-set (a rank's j-slice in the j-parallel split).
+struct ExcludedSet {
+  static constexpr int kCapacity = 64;  // >= the lanes of an i-block on every ISA
+  std::int64_t index[kCapacity];
+  int count = 0, next = 0;
+  ExcludedSet() = default;
+  ExcludedSet(const std::int64_t* ex, int n) {
+    for (int k = 0; k < n; ++k)
+      if (ex[k] >= 0) index[count++] = ex[k];
+    std::sort(index, index + count);
   }
-  bool meets(std::size_t j0, std::size_t j1) const {
-    return hi >= static_cast<std::int64_t>(j0) && lo < static_cast<std::int64_t>(j1);
+  /// Whether [j0, j1) holds an excluded index; j0 never decreases between calls.
+  bool meets(std::size_t j0, std::size_t j1) {
+    while (next < count && index[next] < static_cast<std::int64_t>(j0)) ++next;
+    return next < count && index[next] < static_cast<std::int64_t>(j1);
   }
 };
+static_assert(kIVectors * VF::W <= ExcludedSet::kCapacity && kIVectorsDouble * VD::W <= ExcludedSet::kCapacity,
+              "an i-block's exclusions must fit ExcludedSet");
 
 /// Run j in [j0, j1) through the masked loop only if an excluded index falls inside.
 template <bool kJerk, class V, class Excl, class Source>
 inline void j_range(std::size_t j0, std::size_t j1, const Source& src, const Excl* ex,
-                    const ExcludedRange& exr, V eps2, V three, PairSums<V>* s) {
+                    ExcludedSet& exr, V eps2, V three, PairSums<V>* s) {
   if (exr.meets(j0, j1))
     j_loop<kJerk, true>(j0, j1, src, ex, eps2, three, s);
   else
@@ -209,8 +216,8 @@ inline std::uint64_t i_block_mixed(const MixedArgs& a, std::size_t i0) {
                     load(&m.vxl[i]), load(&m.vyl[i]), load(&m.vzl[i])};
     ex[k] = load_exclude_f(&m.exclude[i]);
   }
-  ExcludedRange exr;
-  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectors * VF::W);
+  ExcludedSet exr;
+  if (a.with_exclude) exr = ExcludedSet(&m.exclude[i0], kIVectors * VF::W);
   const VF eps2 = splat(static_cast<float>(a.eps2)), three = three_scaled<VF>();
   const std::size_t nj = a.j_pos.size();
   std::uint64_t n_far = 0;
@@ -263,8 +270,8 @@ inline void i_block_double(const DoubleArgs& a, std::size_t i0) {
     if constexpr (kJerk) src.iv[k] = {load(&m.vx[i]), load(&m.vy[i]), load(&m.vz[i])};
     ex[k] = load_exclude_d(&m.exclude[i]);
   }
-  ExcludedRange exr;
-  if (a.with_exclude) exr = ExcludedRange(&m.exclude[i0], kIVectorsDouble * VD::W);
+  ExcludedSet exr;
+  if (a.with_exclude) exr = ExcludedSet(&m.exclude[i0], kIVectorsDouble * VD::W);
   const VD eps2 = splat(a.eps2), three = three_scaled<VD>();
   const std::size_t nj = a.j_pos.size();
   for (std::size_t j0 = 0; j0 < nj; j0 += kJTile) {
