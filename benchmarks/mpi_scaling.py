@@ -70,6 +70,7 @@ def hermite(comm, n: int, threads: int, t_end: float) -> dict:
 
 
 def tree(comm, n: int, threads: int, repeat: int) -> dict:
+    gp._core.set_max_threads(threads)  # as in direct(): this rank's share of the cores
     p = gp.ic.plummer(n, seed=1)
     parallel = comm.Get_size() > 1
     src = DomainTreeGravity(comm, 1 / 64, 1.0, threads=threads) if parallel else None
