@@ -83,8 +83,8 @@ def test_resume_on_same_and_other_rank_counts(tmp_path):
     assert np.array_equal(whole["pos"], again["pos"])  # kill-and-resume on the same P
     other = tmp_path / "other"
     shutil.copytree(tmp_path / "whole", other)
-    for f in sorted(other.glob("checkpoint_*.h5"))[2:]:
-        f.unlink()  # back to t = 0.5
+    for f in sorted(other.glob("checkpoint_*"))[2:]:
+        shutil.rmtree(f)  # back to t = 0.5 (checkpoints of MPI runs are multi-file set folders)
     moved = mpirun(3, "hermite", str(other), "0.75", cwd=tmp_path)
     assert np.abs(moved["pos"] - whole["pos"]).max() < 1e-5  # redistributed over 3 ranks
     assert abs(moved["energy_error"] - whole["energy_error"]) <= 0.1 * abs(whole["energy_error"])
@@ -97,8 +97,11 @@ def test_cli_run_under_mpiexec_prints_once(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("energy error") == 1 and "j-parallel over 2 MPI ranks" in r.stdout
     assert "comm" in r.stdout
+    # snapshots and checkpoints of a run over 2 ranks: multi-file sets of 2 files
     assert sorted(f.name for f in (tmp_path / "run").iterdir()) == [
-        "checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5"]
+        "checkpoint_0001", "diagnostics.csv", "snapshot_0001"]
+    assert sorted(f.name for f in (tmp_path / "run" / "snapshot_0001").iterdir()) == [
+        "snapshot_0001.0.hdf5", "snapshot_0001.1.hdf5"]
 
 
 def test_bench_pingpong_fits_latency_and_bandwidth(tmp_path):
@@ -137,7 +140,7 @@ def test_a_killed_rank_stops_the_run_and_resume_works(tmp_path):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while len(list(out.glob("checkpoint_*.h5"))) < 2 and time.monotonic() < deadline:
+        while len(list(out.glob("checkpoint_*[0-9]"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         ranks = subprocess.run(["pgrep", "-f", f"gravpipe run .*{out}"], capture_output=True, text=True).stdout.split()
         ranks = [int(p) for p in ranks if int(p) != run.pid]
@@ -149,7 +152,7 @@ def test_a_killed_rank_stops_the_run_and_resume_works(tmp_path):
     finally:
         if run.poll() is None:
             run.kill()
-    done = sorted(out.glob("checkpoint_*.h5"))
+    done = sorted(out.glob("checkpoint_*[0-9]"))  # only complete sets have their final name
     assert done and gp.io.read_snapshot(done[-1]).integrator_state is not None
     sim = gp.Simulation.resume(out)  # one process now: redistributed
     sim.evolve(sim.time + 0.125, progress=False)

@@ -891,9 +891,14 @@ def _print_files(out: str) -> None:
     from pathlib import Path
 
     d = Path(out)
-    snaps = sorted(d.glob("snapshot_*.h5"))
-    ckpts = sorted(d.glob("checkpoint_*.h5"))
-    parts = [f"{len(snaps)} snapshot_*.h5", f"{len(ckpts)} checkpoint_*.h5"]
+    index = lambda f: int(f.name.split(".")[0].split("_")[-1])  # noqa: E731
+    parts, snaps = [], []
+    for kind in ("snapshot", "checkpoint"):
+        files = [f for f in d.glob(f"{kind}_*.h5") if f.is_file()]
+        sets = [f for f in d.glob(f"{kind}_*[0-9]") if f.is_dir()]  # multi-file sets (MPI runs)
+        parts.append(f"{len(files)} {kind}_*.h5" + (f" + {len(sets)} {kind}_* sets" if sets else ""))
+        if kind == "snapshot":
+            snaps = sorted(files + sets, key=index)
     if (d / "diagnostics.csv").is_file():
         parts.append("diagnostics.csv")
     last = f"; latest snapshot {snaps[-1].name}" if snaps else ""

@@ -17,6 +17,7 @@ import csv
 import io as _stdio
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,14 @@ from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
 from gravpipe.io.atomic import atomic_open
+from gravpipe.parallel import consistency
 from gravpipe.particles import Particles
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
 CHECKPOINT_GLOB = "checkpoint_*.h5"
+CHECKPOINT_SET_GLOB = "checkpoint_*[0-9]"  # the folder of a multi-file set (runs over MPI ranks)
 RUN_FILE_PATTERNS = ("snapshot_*.h5", CHECKPOINT_GLOB, "diagnostics.csv")
+RUN_SET_PATTERNS = ("snapshot_*[0-9]", CHECKPOINT_SET_GLOB)
 
 
 @dataclass
@@ -156,6 +160,11 @@ class Simulation:
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec, self._kind = spec, kind
         self.comm = parallel.resolve_comm(comm)
+        if self.comm is not None:
+            self._check_ranks_agree(particles, {
+                "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
+                "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0,
+                "restart": asdict(restart[0]) if restart is not None else None})
         if self.comm is not None and backend != "cuda":
             threads = parallel.threads_per_rank(self.comm) if threads is None else threads
             # the integrator's own loops (predict, correct, schedule) too: ranks sharing a
@@ -186,6 +195,16 @@ class Simulation:
         self._startup = self._raw_timings()
         if restart is None:
             self._record()
+
+    def _check_ranks_agree(self, particles: Particles, setup: dict[str, Any]) -> None:
+        """Every rank must run the same gravpipe and core on the same inputs (collective)."""
+        import gravpipe
+
+        consistency.check_same_on_all_ranks(self.comm, {
+            "gravpipe version": gravpipe.__version__,
+            "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str),
+            "run setup": json.dumps(setup, sort_keys=True, default=str),
+            "initial conditions": consistency.particles_digest(particles)})
 
     # ---- state -----------------------------------------------------------------------
     @property
@@ -345,10 +364,12 @@ class Simulation:
         counts = self.config.outputs
         for name in what:  # count first: a checkpoint records the snapshot written beside it
             counts[name] = counts.get(name, 0) + 1
+        # several ranks write a multi-file set: a folder of one file per rank (io.sets)
+        ext = ".h5" if self.comm is None else ""
         if "snapshot" in what:
-            self.write_snapshot(out_dir / f"snapshot_{counts['snapshot']:04d}.h5")
+            self.write_snapshot(out_dir / f"snapshot_{counts['snapshot']:04d}{ext}")
         if "checkpoint" in what:
-            self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}.h5")
+            self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}{ext}")
         if out_dir is not None and parallel.is_root(self.comm):
             self._write_diagnostics(out_dir / "diagnostics.csv")
 
@@ -383,7 +404,7 @@ class Simulation:
                 f"--resume {d} (Simulation.resume), choose a new directory, or replace it with "
                 "--overwrite (overwrite=True)")
         for f in old:
-            f.unlink()
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
         d.mkdir(parents=True, exist_ok=True)
         self._run_dir = d.resolve()
         return d
@@ -410,17 +431,17 @@ class Simulation:
 
     def write_snapshot(self, path: str | Path) -> Path:
         """Write the particles at ``time`` as an HDF5 snapshot (GADGET-4 layout, written
-        atomically) with the run's parameters; returns the path. With several ranks, rank 0
-        writes it."""
-        if not parallel.is_root(self.comm):
-            return Path(path)
+        atomically) with the run's parameters; returns the path. With several ranks
+        (collective): a multi-file set in the folder ``path``, one file per rank
+        (``io.write_set``)."""
+        if self.comm is not None:
+            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters())
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
 
     def write_checkpoint(self, path: str | Path) -> Path:
-        """A snapshot plus the exact integrator state and the diagnostics history (rank 0
-        writes it; every rank holds the same state)."""
-        if not parallel.is_root(self.comm):
-            return Path(path)
+        """A snapshot plus the exact integrator state and the diagnostics history. With
+        several ranks (collective): a multi-file set in the folder ``path``, the
+        per-particle state split like the particles."""
         state = dict(self._core.checkpoint())
         if hasattr(self._source, "checkpoint_state"):
             state.update(self._source.checkpoint_state())
@@ -428,6 +449,9 @@ class Simulation:
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])
+        if self.comm is not None:
+            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters(),
+                                 integrator_state=state)
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters(),
                                   integrator_state=state)
 
@@ -478,7 +502,9 @@ def run_files(d: str | Path) -> list[Path]:
     d = Path(d)
     if not d.is_dir():
         return []
-    return sorted(f for pattern in RUN_FILE_PATTERNS for f in d.glob(pattern) if f.is_file())
+    files = [f for pattern in RUN_FILE_PATTERNS for f in d.glob(pattern) if f.is_file()]
+    sets = [f for pattern in RUN_SET_PATTERNS for f in d.glob(pattern) if f.is_dir()]
+    return sorted(files + sets)
 
 
 def _finite_time(name: str, value: float) -> float:
@@ -502,10 +528,16 @@ def latest_checkpoint(out: str | Path) -> Path:
     d = Path(out)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such run directory")
-    found = sorted(d.glob(CHECKPOINT_GLOB))
+    # single files (serial runs) and set folders (MPI runs) share one numbering
+    found = sorted([f for f in d.glob(CHECKPOINT_GLOB) if f.is_file()] +
+                   [f for f in d.glob(CHECKPOINT_SET_GLOB) if f.is_dir()], key=_output_index)
     if not found:
-        raise FileNotFoundError(f"{d}: no checkpoint_*.h5 to resume from")
+        raise FileNotFoundError(f"{d}: no checkpoint_*.h5 (or checkpoint_* set) to resume from")
     return found[-1]
+
+
+def _output_index(path: Path) -> int:
+    return int(path.name.split(".")[0].split("_")[-1])
 
 
 class _progress_bar:

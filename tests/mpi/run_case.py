@@ -36,7 +36,7 @@ def hermite(out: str, run_dir: str, t_end: float) -> None:
     from pathlib import Path
 
     comm = MPI.COMM_WORLD
-    if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*.h5")):
+    if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*")):  # multi-file sets
         sim = gp.Simulation.resume(run_dir)
     else:
         sim = gp.Simulation(gp.ic.plummer(512, seed=8), eps=1 / 32, threads=1)

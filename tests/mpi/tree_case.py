@@ -45,7 +45,7 @@ def forces(out: str, model: str) -> None:
 def leapfrog(out: str, run_dir: str, t_end: float) -> None:
     """A leapfrog tree run (resumed from run_dir when it holds a checkpoint)."""
     comm = MPI.COMM_WORLD
-    if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*.h5")):
+    if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*")):  # multi-file sets
         sim = gp.Simulation.resume(run_dir)
     else:
         sim = gp.Simulation(small_plummer(), gravity="tree", eps=1 / 64, dt=1 / 64, threads=1)

@@ -13,13 +13,18 @@
     with io.open_blocks("big.h5") as snap:
         for block in snap.blocks(1 << 20): ...
 
-yt (``yt.load``) and pynbody open the files directly; files from GADGET, AREPO and similar
-codes in the same layout are read with ``read_snapshot(path, part_type=k)``.
+A run over P MPI ranks writes multi-file sets (``io.sets``: a folder of P files, one per
+rank, written at once and atomically); ``read``, ``read_snapshot`` and ``describe`` take
+a set's folder or any member as one snapshot. yt (``yt.load``) and pynbody open the files
+and the sets directly; files from GADGET, AREPO and similar codes in the same layout are
+read with ``read_snapshot(path, part_type=k)``.
 """
 
 from gravpipe.io.atomic import atomic_open, atomic_path
 from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, HeaderAttr, SnapshotField
-from gravpipe.io.snapshot import Snapshot, SnapshotError, describe, read, read_snapshot, write_snapshot
+from gravpipe.io.snapshot import Snapshot, SnapshotError, write_snapshot
+# read_snapshot, read and describe take single files and multi-file sets alike
+from gravpipe.io.sets import describe, file_share, is_set, read, read_snapshot, set_members, write_set
 from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
@@ -35,9 +40,13 @@ __all__ = [
     "atomic_open",
     "atomic_path",
     "describe",
+    "file_share",
+    "is_set",
     "open_blocks",
     "read",
     "read_snapshot",
+    "set_members",
     "streamed_snapshot",
+    "write_set",
     "write_snapshot",
 ]

@@ -139,7 +139,7 @@ HEADER_ATTRS: tuple[HeaderAttr, ...] = (
     HeaderAttr("Time", np.dtype(np.float64), (), "simulation time, N-body time units"),
     HeaderAttr("Redshift", np.dtype(np.float64), (), "always 0 (not a cosmological run)"),
     HeaderAttr("BoxSize", np.dtype(np.float64), (), "0 for an isolated (non-periodic) system"),
-    HeaderAttr("NumFilesPerSnapshot", np.dtype(np.int32), (), "files per snapshot (gravpipe writes 1)"),
+    HeaderAttr("NumFilesPerSnapshot", np.dtype(np.int32), (), "files per snapshot (1; P for a set written by P MPI ranks)"),
 )
 
 HEADER_ATTR_NAMES: frozenset[str] = frozenset(a.name for a in HEADER_ATTRS)

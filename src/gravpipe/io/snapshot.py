@@ -219,25 +219,29 @@ def _ids_for_file(ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.uint64)
 
 
-def _header_values(n: int, time: float) -> dict[str, Any]:
+def _header_values(n: int, time: float, *, n_total: int | None = None, n_files: int = 1) -> dict[str, Any]:
+    """Header of a file holding n particles; a member of a multi-file set passes the set's
+    n_total and its n_files (NumFilesPerSnapshot)."""
     counts = np.zeros(N_TYPES, dtype=np.uint64)
     counts[GRAVPIPE_PART_TYPE] = n
+    totals = np.zeros(N_TYPES, dtype=np.uint64)
+    totals[GRAVPIPE_PART_TYPE] = n if n_total is None else n_total
     values = {
         "NumPart_ThisFile": counts,
-        "NumPart_Total": counts.copy(),
+        "NumPart_Total": totals,
         "NumPart_Total_HighWord": np.zeros(N_TYPES, dtype=np.uint32),
         "MassTable": np.zeros(N_TYPES, dtype=np.float64),  # masses are per particle
         "Time": time,
         "Redshift": 0.0,
         "BoxSize": 0.0,  # isolated system: no periodic box
-        "NumFilesPerSnapshot": 1,
+        "NumFilesPerSnapshot": n_files,
     }
     # the table decides dtype and shape, so the file and the documentation cannot drift
     return {a.name: np.asarray(values[a.name], dtype=a.dtype).reshape(a.shape) for a in HEADER_ATTRS}
 
 
-def _write_header(group: h5py.Group, n: int, time: float) -> None:
-    for name, value in _header_values(n, time).items():
+def _write_header(group: h5py.Group, n: int, time: float, *, n_total: int | None = None, n_files: int = 1) -> None:
+    for name, value in _header_values(n, time, n_total=n_total, n_files=n_files).items():
         # np.ndarray of shape () is written as a scalar attribute, as GADGET-4 does
         group.attrs.create(name, value, dtype=value.dtype)
 
@@ -518,8 +522,9 @@ def _read_header(header: h5py.Group, path: Path, part_type: int) -> tuple[int, f
     n_files = _scalar_attr(header, "NumFilesPerSnapshot", where, required=False)
     if n_files is not None and int(n_files) != 1:
         raise SnapshotError(
-            f"{where}: NumFilesPerSnapshot = {int(n_files)}; multi-file snapshots are not "
-            "supported (this file holds only part of the particles)"
+            f"{where}: NumFilesPerSnapshot = {int(n_files)}: this file is one member of a multi-file "
+            "snapshot; read the whole set through its folder or a member named <base>.<k>.hdf5 "
+            "(gravpipe.io.read)"
         )
     if "NumPart_Total" in header.attrs:
         total = _int_array_attr(header, "NumPart_Total", where).astype(object)  # no overflow
