@@ -84,7 +84,7 @@ def test_bad_block_arguments_name_the_problem():
     with pytest.raises(ValueError, match="cannot be drawn block by block"):
         ic.model_blocks("uniform-sphere", 100)
     with pytest.raises(ValueError, match="least that works"):
-        ic.block_for_budget(1000)
+        ic.check_ic_budget(1000)
 
 
 def test_streamed_snapshot_reads_back_whole_and_in_blocks(tmp_path):
@@ -132,9 +132,12 @@ def test_reading_blocks_checks_the_datasets(tmp_path):
 def test_cli_ic_streams_the_same_model(tmp_path):
     out = tmp_path / "ic.h5"
     r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "ic", "uniform-cube", "-n", "5000", "--seed", "8",
-                        "-o", str(out)], capture_output=True, text=True)
+                        "--memory-budget", "1GiB", "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert np.array_equal(io.read(out)[0].pos, ic.uniform_cube(5000, seed=8).pos)
+    r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "ic", "plummer", "-n", "5000", "--memory-budget", "10MiB",
+                        "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2 and "least that works" in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_yt_and_pynbody_open_a_streamed_snapshot(tmp_path):

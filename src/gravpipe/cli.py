@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("-n", type=_positive_int, required=True)
     ic.add_argument("--seed", type=int, default=None)
     ic.add_argument("-o", "--output", required=True, help="output snapshot (HDF5)")
+    ic.add_argument("--memory-budget", default=None,
+                    help="memory the generator may use, e.g. 2GiB: checked against what one block needs "
+                         "(plummer and uniform-cube are drawn and written in blocks of 2^20 particles, ~310 MB, "
+                         "so any N fits)")
 
     _add_run_parser(sub)
     _add_config_parser(sub)
@@ -416,9 +420,16 @@ def cmd_ic(args: argparse.Namespace) -> int:
 
     parameters = {"ic": args.model, "seed": -1 if args.seed is None else args.seed}
     if args.model in gp.ic.BLOCK_MODELS:  # block by block: any N, one block in memory
+        from gravpipe.store import parse_byte_size
+
+        if args.memory_budget is not None:
+            gp.ic.check_ic_budget(parse_byte_size(args.memory_budget))
         with io.streamed_snapshot(args.output, args.n, 0.0, parameters=parameters) as out:
             for block in gp.ic.model_blocks(args.model, args.n, seed=args.seed):
                 out.write(block)
+    elif args.memory_budget is not None:
+        raise ValueError(f"--memory-budget: the {args.model} model is drawn whole in memory; "
+                         f"these stream block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
     else:
         make = {"uniform-sphere": gp.ic.uniform_sphere}
         io.write_snapshot(args.output, make[args.model](args.n, seed=args.seed), 0.0, parameters=parameters)

@@ -37,7 +37,7 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.particles import Particles
 
 __all__ = ["plummer", "uniform_sphere", "uniform_cube", "plummer_blocks", "uniform_cube_blocks", "model_blocks",
-           "block_for_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
+           "check_ic_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
            "CUBE_VIRIAL_MAX_N"]
 
 #: Plummer scale length a in N-body units: E = -3 pi G M^2 / (64 a) = -1/4 for G = M = 1.
@@ -249,9 +249,11 @@ def uniform_cube(n: int, seed: int | None = None, *, side: float = 1.0, mass: fl
 
 # --- models of any N, block by block ----------------------------------------
 
-#: Particles per block by default: 4 Mi particles are ~230 MB of pos, vel and mass, and
-#: ~1 GB with the sampler's temporaries.
-IC_BLOCK = 1 << 22
+#: Particles per block: a model of more than IC_BLOCK particles is drawn in blocks of this
+#: size, each from its own random stream, in memory and when streamed alike, so the same
+#: (n, seed) gives the same particles whatever memory the generator is given. 2^20
+#: particles are ~60 MB of pos, vel and mass and ~310 MB while drawn.
+IC_BLOCK = 1 << 20
 
 #: Bytes of memory per particle of a block while it is drawn (pos, vel, mass, id and the
 #: sampler's temporaries): peak RSS growth measured at 295 for Plummer blocks of 2^20
@@ -259,14 +261,13 @@ IC_BLOCK = 1 << 22
 BYTES_PER_BLOCK_PARTICLE = 320
 
 
-def block_for_budget(budget_bytes: int) -> int:
-    """The largest block (particles) whose drawing fits in ``budget_bytes``, at most
-    IC_BLOCK. Raises ValueError when not even 1024 particles fit."""
-    block = min(IC_BLOCK, int(budget_bytes) // BYTES_PER_BLOCK_PARTICLE)
-    if block < 1024:
-        raise ValueError(f"memory budget {budget_bytes} bytes is too small to draw initial conditions: "
-                         f"the least that works is {1024 * BYTES_PER_BLOCK_PARTICLE} bytes")
-    return block
+def check_ic_budget(budget_bytes: int) -> None:
+    """Raise ValueError naming the least budget that works when ``budget_bytes`` cannot
+    hold the drawing of one block of IC_BLOCK particles."""
+    least = IC_BLOCK * BYTES_PER_BLOCK_PARTICLE
+    if budget_bytes < least:
+        raise ValueError(f"memory budget {budget_bytes} bytes is too small to draw initial conditions block "
+                         f"by block: the least that works is {least} bytes ({least / 2**20:.0f} MiB)")
 
 
 def _block_streams(seed: int | None, n: int, block: int) -> list[tuple[int, int, np.random.SeedSequence]]:
@@ -357,11 +358,11 @@ BLOCK_MODELS: dict[str, Callable[..., Iterator[Particles]]] = {
 }
 
 
-def model_blocks(model: str, n: int, seed: int | None = None, *, block: int = IC_BLOCK) -> Iterator[Particles]:
+def model_blocks(model: str, n: int, seed: int | None = None) -> Iterator[Particles]:
     """Blocks of a model by its CLI name (``BLOCK_MODELS``); ValueError naming the ones that stream."""
     if model not in BLOCK_MODELS:
         raise ValueError(f"model {model!r} cannot be drawn block by block; these can: {', '.join(BLOCK_MODELS)}")
-    return BLOCK_MODELS[model](n, seed, block=block)
+    return BLOCK_MODELS[model](n, seed, block=IC_BLOCK)
 
 
 # --- argument checks -----------------------------------------------------------------
