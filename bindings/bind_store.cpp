@@ -21,6 +21,7 @@
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "ndarray_views.hpp"
+#include "store_box.hpp"
 
 namespace nb = nanobind;
 using namespace gravpipe;
@@ -33,21 +34,7 @@ using AnyF64 = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 using AnyI64 = nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>;
 using FieldTuple = std::tuple<std::string, int, std::string>;  // name, components, "f64" | "i64"
 
-/// The store behind a Python object that can be closed (its scratch file removed) before
-/// the object is collected.
-class StoreBox {
- public:
-  explicit StoreBox(const StoreConfig& c) : store_(std::make_unique<ParticleStore>(c)) {}
-  ParticleStore& get() const {
-    if (!store_) throw InputError("store: already closed (its scratch file is gone)");
-    return *store_;
-  }
-  void close() { store_.reset(); }
-  bool closed() const { return !store_; }
-
- private:
-  std::unique_ptr<ParticleStore> store_;
-};
+using bindings::StoreBox;
 
 StoreConfig make_config(const std::string& directory, std::int64_t n, const std::vector<FieldTuple>& fields,
                         std::size_t page_bytes, std::uint64_t budget, std::uint64_t cache_bytes,

@@ -9,7 +9,9 @@
 
 #include "ndarray_views.hpp"
 #include "gravpipe/tree.hpp"
+#include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree_essential.hpp"
+#include "store_box.hpp"
 
 namespace nb = nanobind;
 using namespace gravpipe;
@@ -136,6 +138,29 @@ void bind_domain_tree(nb::module_& m) {
 }  // namespace
 
 void bind_tree(nb::module_& m) {
+  m.def("paged_tree_self_forces",
+        [](bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
+           int n_crit, int threads, const std::string& precision, bool local_expansion, const std::string& isa) {
+          const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads, precision,
+                                           local_expansion, isa);
+          ParticleStore& store = box.get();
+          const auto n = static_cast<std::size_t>(store.size());
+          std::vector<double> acc(3 * n), pot(n);
+          TreeStats stats;
+          {
+            nb::gil_scoped_release release;
+            PagedTree tree(store, p);
+            tree.self_forces({acc.data(), acc.size()}, {pot.data(), pot.size()});
+            stats = tree.stats();
+          }
+          return nb::make_tuple(to_numpy(std::move(acc), {n, 3}), to_numpy(std::move(pot), {n}), stats_dict(stats));
+        },
+        nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"), nb::arg("quad_tol"),
+        nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"),
+        nb::arg("isa") = "auto",
+        "Self-gravity of a store's particles (curve order) by the treecode reading them from pages: "
+        "(acc (n,3), pot (n,), stats), bitwise equal to Tree's on the same particles.");
+
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,

@@ -47,8 +47,9 @@ from gravpipe import _core
 from gravpipe.backends import resolve_isa
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 from gravpipe.pipeline import PipelineStats
+from gravpipe.store import ParticleStore
 
-__all__ = ["Tree", "TreeStats", "check_tree_params"]
+__all__ = ["Tree", "TreeStats", "check_tree_params", "paged_forces"]
 
 # The core's defaults (TreeParams in cpp/include/gravpipe/tree.hpp), never restated here.
 _DEFAULTS = _core.defaults()["tree"]
@@ -251,6 +252,37 @@ class Tree:
         """Counters and timers of the last evaluation (and of the build)."""
         return TreeStats(**self._impl.stats())
 
+
+
+def paged_forces(store: ParticleStore, eps: float = 0.0, G: float = 1.0, *, theta: float = DEFAULT_THETA,
+                 quadrupole: bool = True, quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
+                 n_crit: int = DEFAULT_N_CRIT, threads: int | None = None, precision: str = "mixed",
+                 local_expansion: bool = True, isa: str = "auto") -> tuple[np.ndarray, np.ndarray, TreeStats]:
+    """Self-gravity of the particles in an out-of-core store, by the treecode reading them
+    from the store's pages (``_core.PagedTree``: Tree's moments, walks, lists and kernels
+    through a paged accessor).
+
+    ``store`` (a :class:`gravpipe.store.ParticleStore`) must hold its particles in curve
+    order, as ``store.from_particles`` writes them. Returns (acc (n,3), pot (n,), stats) in
+    store order: bitwise identical to ``Tree(pos, mass, ...).forces()`` on the same
+    particles (reordered by from_particles' ``order``), parameters and thread count. The
+    curve keys, the cells and one run of groups' particle blocks per thread are charged to
+    the store's memory budget (MemoryBudgetError names the least budget that works); the
+    results are arrays in memory. Parameters as for :class:`Tree` (no ``alpha``: the
+    relative criterion is not available out of core yet).
+    """
+    if not isinstance(store, ParticleStore):
+        raise ValueError(f"store: expected gravpipe.store.ParticleStore, got {type(store).__name__}")
+    eps = check_positive_scalar("eps", eps)
+    G = check_G(G)
+    theta, n_leaf, n_crit, _, nthreads = check_tree_params(theta, n_leaf, n_crit, None, threads)
+    quad_tol = check_quad_tol(quad_tol)
+    if not isinstance(local_expansion, (bool, np.bool_)):
+        raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
+    acc, pot, stats = _core.paged_tree_self_forces(store._core, eps, G, theta, bool(quadrupole), quad_tol, n_leaf,
+                                                   n_crit, nthreads, _check_precision(precision), bool(local_expansion),
+                                                   resolve_isa(isa))
+    return acc, pot, TreeStats(**stats)
 
 class TreeGravity:
     """The treecode as a Simulation's force provider (what ``gravity="tree"`` plugs in).

@@ -34,6 +34,10 @@ class PagedParticles {
   ParticleBlock block(std::int64_t b, std::int64_t e) const;
   /// Free every block handed out (their ParticleBlocks dangle afterwards).
   void release();
+  /// Free the blocks the calling OpenMP thread asked for: the tree calls it after each run
+  /// of groups, whose blocks live only while the run is evaluated, so the memory held is
+  /// one run's lists per thread, not a whole evaluation's.
+  void release_this_thread() const;
   /// Bytes held by live blocks (charged to the store's budget).
   std::uint64_t bytes_held() const;
 
@@ -41,6 +45,8 @@ class PagedParticles {
   struct Copy {
     std::unique_ptr<double[]> xyzm;  // x, y, z, m of e - b particles, one after the other
     Reservation charge;
+    int thread = 0;                  // the OpenMP thread that asked for it
+    std::uint64_t bytes = 0;
   };
   ParticleStore& store_;
   const std::string pos_, mass_;
@@ -48,5 +54,8 @@ class PagedParticles {
   mutable std::vector<Copy> copies_;
   mutable std::uint64_t bytes_ = 0;
 };
+
+/// The end of a run of groups in the tree's evaluation (tree_runs.cpp): its blocks go.
+inline void release_run_blocks(const PagedParticles& p) { p.release_this_thread(); }
 
 }  // namespace gravpipe

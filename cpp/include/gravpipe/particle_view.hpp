@@ -56,4 +56,7 @@ class InCoreParticles {
   Span<const double> x_, y_, z_, m_;
 };
 
+/// The end of a run of groups in the tree's evaluation: blocks in memory need no release.
+inline void release_run_blocks(const InCoreParticles&) {}
+
 }  // namespace gravpipe

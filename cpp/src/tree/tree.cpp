@@ -29,23 +29,6 @@ void check_tree_params(const TreeParams& p) {
 
 namespace {
 
-/// Self-gravity groups: the group cells, each its own excluded range (every particle
-/// leaves itself out), with the smallest old |a| when a_old (curve order) is given.
-std::vector<Group> cell_groups(const TreeNodes& t, const std::vector<std::int32_t>& cells,
-                               const std::vector<double>& a_old) {
-  std::vector<Group> groups(cells.size());
-  for (std::size_t k = 0; k < cells.size(); ++k) {
-    const auto c = cells[k];
-    Group& g = groups[k];
-    g.i_begin = g.ex_begin = t.begin[c];
-    g.i_end = g.ex_end = t.end[c];
-    g.lo[0] = t.lo_x[c], g.lo[1] = t.lo_y[c], g.lo[2] = t.lo_z[c];
-    g.hi[0] = t.hi_x[c], g.hi[1] = t.hi_y[c], g.hi[2] = t.hi_z[c];
-    if (!a_old.empty()) g.a_min = *std::min_element(a_old.begin() + g.i_begin, a_old.begin() + g.i_end);
-  }
-  return groups;
-}
-
 /// Groups of `step` consecutive points (curve order) with their bounding boxes and the
 /// range of the sorted j indices they exclude (ex: one per point, or -1).
 std::vector<Group> chunk_groups(const InCoreParticles& points, const std::vector<std::int64_t>& ex,
@@ -71,6 +54,37 @@ std::vector<Group> chunk_groups(const InCoreParticles& points, const std::vector
 }
 
 }  // namespace
+
+/// Self-gravity groups: the group cells, each its own excluded range (every particle
+/// leaves itself out), with the smallest old |a| when a_old (curve order) is given.
+std::vector<Group> cell_groups(const TreeNodes& t, const std::vector<std::int32_t>& cells,
+                               const std::vector<double>& a_old) {
+  std::vector<Group> groups(cells.size());
+  for (std::size_t k = 0; k < cells.size(); ++k) {
+    const auto c = cells[k];
+    Group& g = groups[k];
+    g.i_begin = g.ex_begin = t.begin[c];
+    g.i_end = g.ex_end = t.end[c];
+    g.lo[0] = t.lo_x[c], g.lo[1] = t.lo_y[c], g.lo[2] = t.lo_z[c];
+    g.hi[0] = t.hi_x[c], g.hi[1] = t.hi_y[c], g.hi[2] = t.hi_z[c];
+    if (!a_old.empty()) g.a_min = *std::min_element(a_old.begin() + g.i_begin, a_old.begin() + g.i_end);
+  }
+  return groups;
+}
+
+void record_group_work(TreeStats& stats, const GroupWork& work, double wall, std::size_t n_i, std::size_t groups) {
+  // thread-seconds scaled to the loop's wall time, so walk + evaluate = wall
+  const double busy = work.seconds_walk + work.seconds_evaluate, scale = busy > 0 ? wall / busy : 0.0;
+  stats.n_i = n_i;
+  stats.groups = groups;
+  stats.pp_interactions = work.pp;
+  stats.pc_interactions = work.pc;
+  stats.pc_local_interactions = work.pc_local;
+  stats.mac_tests = work.mac_tests;
+  stats.seconds_walk = work.seconds_walk * scale;
+  stats.seconds_evaluate = work.seconds_evaluate * scale;
+  stats.seconds_forces = wall;
+}
 
 Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params)
     : params_(params),
@@ -163,18 +177,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
   const GroupEvaluation<InCoreParticles, InCoreParticles> e{nodes_, params_, isa_, sources, sinks,
                                                             i_exclude, i_caller, acc, pot};
   const GroupWork work = evaluate_groups(e, groups, threads_);
-  const double wall = seconds_since(t_start);
-  // thread-seconds scaled to the loop's wall time, so walk + evaluate = wall
-  const double busy = work.seconds_walk + work.seconds_evaluate, scale = busy > 0 ? wall / busy : 0.0;
-  stats_.n_i = i_caller.size();
-  stats_.groups = groups.size();
-  stats_.pp_interactions = work.pp;
-  stats_.pc_interactions = work.pc;
-  stats_.pc_local_interactions = work.pc_local;
-  stats_.mac_tests = work.mac_tests;
-  stats_.seconds_walk = work.seconds_walk * scale;
-  stats_.seconds_evaluate = work.seconds_evaluate * scale;
-  stats_.seconds_forces = wall;
+  record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }
 
 // ---- ForceProvider ---------------------------------------------------------------------------

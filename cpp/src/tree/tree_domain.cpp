@@ -113,18 +113,8 @@ void DomainTree::forces(Span<double> acc, Span<double> pot, Span<std::int64_t> c
                              " walks wanted to open cells another rank sent pruned (without children): its MAC "
                              "accepted them for this rank's domain box and the walks here did not; the domain "
                              "boxes or the tree parameters of the ranks disagree");
-  const double wall = seconds_since(t_start);
-  const double busy = work.seconds_walk + work.seconds_evaluate, scale = busy > 0 ? wall / busy : 0.0;
-  stats_.n_i = n_local_;
+  record_group_work(stats_, work, seconds_since(t_start), n_local_, groups.size());
   stats_.nodes = nodes.count();
-  stats_.groups = groups.size();
-  stats_.pp_interactions = work.pp;
-  stats_.pc_interactions = work.pc;
-  stats_.pc_local_interactions = work.pc_local;
-  stats_.mac_tests = work.mac_tests;
-  stats_.seconds_walk = work.seconds_walk * scale;
-  stats_.seconds_evaluate = work.seconds_evaluate * scale;
-  stats_.seconds_forces = wall;
   stats_.relative_criterion_used = relative;
   if (params_.alpha > 0) {
     a_old_.resize(n_local_);

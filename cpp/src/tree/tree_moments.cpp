@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
 
 namespace gravpipe {
@@ -140,5 +141,6 @@ void fill_walk_cells(TreeNodes& t, double theta, double quad_tol, int threads) {
 }
 
 template void compute_moments<InCoreParticles>(TreeNodes&, const InCoreParticles&, double, double, int);
+template void compute_moments<PagedParticles>(TreeNodes&, const PagedParticles&, double, double, int);
 
 }  // namespace gravpipe

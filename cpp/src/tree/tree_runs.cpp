@@ -6,6 +6,8 @@
 // leaf of sources.
 #include "tree_runs.hpp"
 
+#include "gravpipe/paged_particles.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -246,6 +248,9 @@ GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::v
     for (std::int64_t r = 0; r < nr; ++r) {
       const auto [first, last] = runs[r];
       evaluate_run(e, {&groups[first], last - first}, w, mine);
+      // the run's lists are gathered and evaluated: paged blocks it read can go
+      release_run_blocks(e.sources);
+      release_run_blocks(e.sinks);
     }
 #pragma omp critical(gravpipe_group_work)
     total += mine;  // counts are exact in any order; only the timers' sums vary
@@ -255,5 +260,8 @@ GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::v
 
 template GroupWork evaluate_groups<InCoreParticles, InCoreParticles>(
     const GroupEvaluation<InCoreParticles, InCoreParticles>&, const std::vector<Group>&, int);
+
+template GroupWork evaluate_groups<PagedParticles, PagedParticles>(
+    const GroupEvaluation<PagedParticles, PagedParticles>&, const std::vector<Group>&, int);
 
 }  // namespace gravpipe

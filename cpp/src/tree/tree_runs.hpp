@@ -42,4 +42,12 @@ struct GroupWork {
 template <class Sources, class Sinks>
 GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::vector<Group>& groups, int threads);
 
+/// Self-gravity groups: the group cells, each its own excluded range (every particle
+/// leaves itself out), with the smallest old |a| when a_old (curve order) is given (tree.cpp).
+std::vector<Group> cell_groups(const TreeNodes& t, const std::vector<std::int32_t>& cells,
+                               const std::vector<double>& a_old);
+
+/// Write an evaluation's work and its wall time into `stats` (tree.cpp).
+void record_group_work(TreeStats& stats, const GroupWork& work, double wall, std::size_t n_i, std::size_t groups);
+
 }  // namespace gravpipe
