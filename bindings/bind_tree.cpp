@@ -9,6 +9,8 @@
 
 #include "ndarray_views.hpp"
 #include "gravpipe/tree.hpp"
+#include "gravpipe/curve_order.hpp"
+#include "gravpipe/error.hpp"
 #include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree_essential.hpp"
 #include "store_box.hpp"
@@ -60,6 +62,7 @@ using LinkRows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::
 using Counts = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CostOut = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Box = nb::ndarray<const double, nb::shape<7>, nb::c_contig, nb::device::cpu>;
+using Corner = nb::ndarray<const double, nb::shape<3>, nb::c_contig, nb::device::cpu>;
 
 /// A domain as 7 float64: lo (3), hi (3), a_min.
 DomainBox box_from(const Box& b) {
@@ -78,15 +81,21 @@ void bind_domain_tree(nb::module_& m) {
       .def("__init__",
            [](DomainTree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
-              const std::string& isa) {
+              const std::string& isa, std::optional<Corner> frame_lo, std::optional<Corner> frame_hi) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
                                               precision, true, isa);
+             if (frame_lo.has_value() != frame_hi.has_value())
+               throw InputError("DomainTree: frame_lo and frame_hi go together");
+             std::optional<CurveBox> frame;
+             if (frame_lo) frame = curve_box(frame_lo->data(), frame_hi->data());
              nb::gil_scoped_release release;
-             new (self) DomainTree(span_of(pos), span_of(mass), p);
+             new (self) DomainTree(span_of(pos), span_of(mass), p, frame ? &*frame : nullptr);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"),
-           nb::arg("precision"), nb::arg("isa") = "auto")
+           nb::arg("precision"), nb::arg("isa") = "auto", nb::arg("frame_lo").none() = nb::none(),
+           nb::arg("frame_hi").none() = nb::none(),
+           "frame_lo, frame_hi (3,): the global box whose cube the octree divides (every rank the same)")
       .def("domain",
            [](const DomainTree& t) {
              const DomainBox d = t.domain();

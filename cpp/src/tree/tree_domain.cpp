@@ -16,14 +16,15 @@
 
 namespace gravpipe {
 
-DomainTree::DomainTree(Span<const double> pos, Span<const double> mass, const TreeParams& params)
+DomainTree::DomainTree(Span<const double> pos, Span<const double> mass, const TreeParams& params,
+                       const CurveBox* frame_in)
     : params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)) {
   check_tree_params(params_);
   n_local_ = check_j_set(pos, mass, {});
   auto t0 = Clock::now();
-  const CurveBox frame = bounding_cube(pos, threads_);
+  const CurveBox frame = frame_in != nullptr ? *frame_in : bounding_cube(pos, threads_);
   std::vector<std::uint64_t> keys = curve_keys(pos, frame, threads_);
   order_ = sort_keys(keys, threads_);
   for (auto* v : {&x_, &y_, &z_, &m_}) v->resize(n_local_);

@@ -198,7 +198,9 @@ class DomainTreeGravity:
 
         # 2. own tree, domain boxes, essential pieces
         with build_clock:
-            tree = _core.DomainTree(my_pos, my_mass, **self._tree_args) if len(mine) else None
+            # the global frame: the local trees' cells are cells of one global octree
+            tree = _core.DomainTree(my_pos, my_mass, **self._tree_args, frame_lo=lo, frame_hi=hi) \
+                if len(mine) else None
         box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
         boxes = np.empty((ranks, 7))
         with comm_clock:
