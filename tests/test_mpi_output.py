@@ -96,7 +96,9 @@ def test_a_failed_member_leaves_no_set_and_every_rank_raises(tmp_path):
     assert list(r["left"]) == []  # no set, no temporary folder
 
 
-@pytest.mark.parametrize("what, text", [("ic", "initial conditions differs"), ("version", "gravpipe version differs")])
+@pytest.mark.parametrize("what, text", [("ic", "initial conditions (digest) differs"),
+                                        ("version", "gravpipe version differs"),
+                                        ("eps", "eps differs: ranks 0,2 have 0.03125; ranks 1 have 0.015625")])
 def test_ranks_that_disagree_are_refused_on_every_rank(tmp_path, what, text):
     r = mpirun(3, "mismatch", what, cwd=tmp_path)
     assert all(text in m and "ranks 1 have" in m for m in r["messages"]), r["messages"]

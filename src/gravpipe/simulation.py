@@ -200,11 +200,12 @@ class Simulation:
         """Every rank must run the same gravpipe and core on the same inputs (collective)."""
         import gravpipe
 
-        consistency.check_same_on_all_ranks(self.comm, {
-            "gravpipe version": gravpipe.__version__,
-            "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str),
-            "run setup": json.dumps(setup, sort_keys=True, default=str),
-            "initial conditions": consistency.particles_digest(particles)})
+        facts = {"gravpipe version": gravpipe.__version__,
+                 "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str)}
+        # one fact per setting, so that a difference names the setting and both values
+        facts.update({key: json.dumps(value, sort_keys=True, default=str) for key, value in setup.items()})
+        facts["initial conditions (digest)"] = consistency.particles_digest(particles)
+        consistency.check_same_on_all_ranks(self.comm, facts)
 
     # ---- state -----------------------------------------------------------------------
     @property
