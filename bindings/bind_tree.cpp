@@ -8,6 +8,8 @@
 #include <optional>
 
 #include "ndarray_views.hpp"
+#include "store_box.hpp"
+#include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
 
@@ -66,6 +68,24 @@ DomainBox box_from(const Box& b) {
   d.a_min = b.data()[6];
   return d;
 }
+
+/// The out-of-core tree with the store it reads: every call checks that the store is open.
+class PagedTreeBox {
+ public:
+  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p) : box_(box), tree_(box.get(), p) {}
+  PagedTree& get() {
+    box_.get();  // throws once the store is closed
+    return tree_;
+  }
+  const PagedTree& get() const {
+    box_.get();
+    return tree_;
+  }
+
+ private:
+  bindings::StoreBox& box_;  // kept alive by the Python object (keep_alive)
+  PagedTree tree_;
+};
 
 void check_columns(std::size_t got, std::size_t want, const char* name) {
   if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
@@ -163,6 +183,26 @@ void bind_tree(nb::module_& m) {
       .def_prop_ro("n", &Tree::size)
       .def_prop_ro("isa", [](const Tree& t) { return isa_name(t.isa()); })
       .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
+
+  nb::class_<PagedTreeBox>(m, "PagedTree")
+      .def("__init__",
+           [](PagedTreeBox* self, bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole,
+              double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
+              bool local_expansion, const std::string& isa) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
+                                              precision, local_expansion, isa);
+             nb::gil_scoped_release release;
+             new (self) PagedTreeBox(box, p);
+           },
+           nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
+           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::keep_alive<1, 2>())
+      .def("self_forces", [](PagedTreeBox& t) { t.get().self_forces(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("cell_bytes", [](const PagedTreeBox& t) { return t.get().cell_bytes(); })
+      .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
+      .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
+  m.def("paged_tree_bytes_per_cell", &PagedTree::bytes_per_cell);
+  m.def("paged_tree_list_bytes", &PagedTree::list_bytes, nb::arg("nodes"), nb::arg("threads"));
 
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",

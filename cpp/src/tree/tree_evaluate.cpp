@@ -2,6 +2,7 @@
 // (the "j-particle write" of the GRAPE treecode: cells and particles become pseudo
 // particles of one stream), then run the list kernel of the chosen instruction set.
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
 #include "tree_kernel.hpp"
 
@@ -85,6 +86,8 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const Pa
 template void GatheredList::gather<InCoreParticles>(const InteractionList&, const TreeNodes&,
                                                    const InCoreParticles&, bool, std::int64_t, std::int64_t,
                                                    Precision, const double[3]);
+template void GatheredList::gather<PagedParticles>(const InteractionList&, const TreeNodes&, const PagedParticles&,
+                                                  bool, std::int64_t, std::int64_t, Precision, const double[3]);
 
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);
