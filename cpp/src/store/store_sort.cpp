@@ -153,7 +153,8 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
 
 std::uint64_t least_sort_buffer(std::int64_t n) {
   const std::int64_t run = (n + kMaxRuns - 1) / kMaxRuns;
-  return std::max<std::uint64_t>(static_cast<std::uint64_t>(run) * kRunBytesPerParticle, std::uint64_t{1} << 20);
+  // at least runs of 1024 particles: shorter ones cost more in calls than they save
+  return std::max<std::uint64_t>(static_cast<std::uint64_t>(run), 1024) * kRunBytesPerParticle;
 }
 
 StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
