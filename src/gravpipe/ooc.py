@@ -115,7 +115,7 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
                 f"{format_bytes(memory_budget)} for the tree and the sort: at most {format_bytes(cache)}",
                 cache_bytes, cache)
         cache = cache_bytes
-    sort_buffer = max(least_sort, min(64 * n, headroom - blocks - 2 * n))
+    sort_buffer = max(least_sort, min(72 * n, headroom - blocks - 2 * n))
     return BudgetPlan(memory_budget, least_store, cells, headroom, sort_buffer, cache)
 
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <queue>
 #include <tuple>
 #include <utility>
@@ -15,18 +16,11 @@ namespace gravpipe {
 
 namespace {
 
-// Bytes per particle of a run in memory: positions (24), the sort records (24), one column
-// in and out (16).
-constexpr std::uint64_t kRunBytesPerParticle = 64;
+// Bytes per particle of a run in memory: positions (24), keys and their order, twice in the
+// radix sort (32), one column in and out (16); 72, rounded to what the budget plans.
+constexpr std::uint64_t kRunBytesPerParticle = 72;
 constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
 constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
-
-struct Record {
-  std::uint64_t key;
-  std::int64_t index;
-  std::int64_t local;
-  bool operator<(const Record& o) const { return key != o.key ? key < o.key : index < o.index; }
-};
 
 void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   if (s.field("pos").components != 3 || s.field("pos").type != FieldType::F64)
@@ -61,22 +55,32 @@ CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>&
 /// Sort particles [b, b + n) by (key, index) and write every carried field, key and index
 /// permuted to the fields named by `to` (the twins, or the fields themselves for one run).
 void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, std::int64_t b, std::int64_t n,
-              bool to_twin, std::vector<double>& pos, std::vector<Record>& rec, std::vector<std::int64_t>& in,
+              bool to_twin, std::vector<double>& pos, std::vector<std::int64_t>& local, std::vector<std::int64_t>& in,
               std::vector<std::int64_t>& out) {
   s.read("pos", b, n, pos.data());
-  const std::vector<std::uint64_t> keys = curve_keys({pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
+  std::vector<std::uint64_t> keys = curve_keys({pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
   s.read_column("index", 0, b, n, in.data());
-  for (std::int64_t k = 0; k < n; ++k) rec[k] = {keys[k], in[k], k};
-  std::sort(rec.begin(), rec.begin() + n);
+  // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
+  // caller (index) order, which the store order need not be after a drift
+  local.resize(static_cast<std::size_t>(n));
+  std::iota(local.begin(), local.end(), std::int64_t{0});
+  sort_by_key(keys, local, c.threads);
+  for (std::int64_t k = 0; k < n;) {
+    std::int64_t e = k + 1;
+    while (e < n && keys[e] == keys[k]) ++e;
+    if (e - k > 1)
+      std::sort(local.begin() + k, local.begin() + e, [&](std::int64_t u, std::int64_t v) { return in[u] < in[v]; });
+    k = e;
+  }
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
-  for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(rec[k].key);
+  for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
   s.write_column(name("key"), 0, b, n, out.data());
-  for (std::int64_t k = 0; k < n; ++k) out[k] = rec[k].index;
+  for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   s.write_column(name("index"), 0, b, n, out.data());
   for (const std::string& f : c.carried)
     for (int comp = 0; comp < s.field(f).components; ++comp) {
       s.read_column(f, comp, b, n, in.data());
-      for (std::int64_t k = 0; k < n; ++k) out[k] = in[rec[k].local];
+      for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
       s.write_column(name(f), comp, b, n, out.data());
     }
 }
@@ -181,10 +185,9 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
 
   t0 = Clock::now();
   {
-    std::vector<Record> rec(static_cast<std::size_t>(run));
-    std::vector<std::int64_t> in(static_cast<std::size_t>(run)), out(static_cast<std::size_t>(run));
+    std::vector<std::int64_t> local, in(static_cast<std::size_t>(run)), out(static_cast<std::size_t>(run));
     for (std::int64_t b = 0; b < n; b += run)
-      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, pos, rec, in, out);
+      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, pos, local, in, out);
   }
   pos = {};
   st.seconds_runs = seconds_since(t0);
