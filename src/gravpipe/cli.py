@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     ic.add_argument("-n", type=_positive_int, required=True)
     ic.add_argument("--seed", type=int, default=None)
     ic.add_argument("-o", "--output", required=True, help="output snapshot (HDF5)")
+    ic.add_argument("--memory-budget", metavar="SIZE", default=None,
+                    help="memory for drawing the model ('512MiB'): sizes the blocks it is drawn and written in")
 
     _add_run_parser(sub)
     _add_config_parser(sub)
@@ -265,6 +267,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
     r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
+    r.add_argument("--memory-budget", metavar="SIZE", default=None,
+                   help="out of core (with --gravity tree, leapfrog, and --scratch): particles in the pages of a "
+                        "scratch file, everything that grows with N within SIZE ('4GiB')")
+    r.add_argument("--scratch", metavar="DIR", default=None, help="directory of the out-of-core scratch file")
+    r.add_argument("--page-bytes", metavar="SIZE", default="1MiB", help="out-of-core page size (default 1MiB)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -416,8 +423,12 @@ def cmd_ic(args: argparse.Namespace) -> int:
 
     parameters = {"ic": args.model, "seed": -1 if args.seed is None else args.seed}
     if args.model in gp.ic.BLOCK_MODELS:  # block by block: any N, one block in memory
+        kw = {}
+        if args.memory_budget is not None:
+            from gravpipe.store import parse_byte_size
+            kw["block"] = gp.ic.block_for_budget(parse_byte_size(args.memory_budget))
         with io.streamed_snapshot(args.output, args.n, 0.0, parameters=parameters) as out:
-            for block in gp.ic.model_blocks(args.model, args.n, seed=args.seed):
+            for block in gp.ic.model_blocks(args.model, args.n, seed=args.seed, **kw):
                 out.write(block)
     else:
         make = {"uniform-sphere": gp.ic.uniform_sphere}
@@ -710,6 +721,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from gravpipe import runconfig
 
+    if args.memory_budget is not None or args.scratch is not None:
+        return _run_out_of_core(args)
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:
         return _resume_run(args, cli_values)
@@ -726,6 +739,66 @@ def _run(args: argparse.Namespace) -> int:
     _print_start(sim, source, settings.t_end, settings.out, note)
     return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress,
                               overwrite=settings.overwrite)
+
+
+def _run_out_of_core(args: argparse.Namespace) -> int:
+    """``gravpipe run --gravity tree --memory-budget SIZE --scratch DIR``: the leapfrog with
+    the treecode out of core (gravpipe.ooc), snapshots streamed from the pages. What the
+    in-core run offers beyond that (checkpoints, --resume, --config, diagnostics.csv and the
+    energy error, Hermite) is refused by name rather than silently dropped."""
+    import gravpipe as gp
+    from gravpipe import ooc, runconfig
+    from gravpipe.store import format_bytes
+
+    if args.memory_budget is None or args.scratch is None:
+        raise UserError("--memory-budget and --scratch go together (an out-of-core run needs both)")
+    if args.gravity != "tree":
+        raise UserError("--memory-budget: out of core runs --gravity tree only (give --gravity tree)")
+    if args.integrator not in (None, "leapfrog"):
+        raise UserError(f"--memory-budget: out of core runs the leapfrog only, not --integrator {args.integrator}")
+    for opt in ("resume", "config", "checkpoint_every", "eta", "eta_s", "dt_max", "overwrite"):
+        if getattr(args, opt) is not None:
+            raise UserError(f"{_option_name(opt)}: not available out of core (--memory-budget) yet")
+    if args.backend not in (None, "auto", "cpu"):
+        raise UserError(f"--backend {args.backend}: the out-of-core tree runs on the CPU")
+    from gravpipe.integrators import INTEGRATORS
+
+    dt = args.dt if args.dt is not None else INTEGRATORS["leapfrog"].defaults["dt"]
+    t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
+    eps = args.eps if args.eps is not None else runconfig.DEFAULT_EPS
+    kw = dict(eps=eps, threads=args.threads, precision=args.precision or "mixed", page_bytes=args.page_bytes)
+    if args.theta is not None:
+        kw["theta"] = args.theta
+    if args.file is not None:
+        if args.ic is not None or args.n is not None or args.seed is not None:
+            raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")
+        run = ooc.OutOfCore.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
+        source = args.file
+    else:
+        model = args.ic or "plummer"
+        n = args.n or runconfig.DEFAULT_N
+        seed = args.seed if args.seed is not None else runconfig.DEFAULT_SEED
+        if model not in gp.ic.BLOCK_MODELS:
+            raise UserError(f"--ic {model}: out of core draws models block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
+        run = ooc.OutOfCore.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
+                                        args.memory_budget, **kw)
+        source = f"{model} N = {n}, seed {seed}"
+    with run:
+        print(f"out of core: {source}, {run!r}; dt = {dt:g}, t_end = {t_end:g}; tree cells planned "
+              f"{format_bytes(run.plan.cells)}, cache {format_bytes(run.plan.cache)}")
+        print("diagnostics (energy, Lagrangian radii) and checkpoints are not written out of core")
+
+        def report(k: int, st: ooc.StepTimes) -> None:
+            print(f"step {k}: t = {run.t:.6g}  {st.total:.2f} s (kick-drift {st.kick_drift:.2f}, sort {st.sort:.2f}, "
+                  f"build {st.build:.2f}, moments {st.moments:.2f}, walk+forces {st.walk_forces:.2f}, "
+                  f"kick {st.kick:.2f})  read {format_bytes(st.bytes_read)}, written {format_bytes(st.bytes_written)}",
+                  flush=True)
+
+        ooc.evolve(run, t_end, dt, snapshot_every=args.snap_every, out=args.out, report=report)
+        s = run.stats
+        print(f"done: t = {run.t:g}; store: read {format_bytes(int(s['bytes_read']))}, written "
+              f"{format_bytes(int(s['bytes_written']))}, misses {s['misses']}, budget {format_bytes(run.plan.budget)}")
+    return 0
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:

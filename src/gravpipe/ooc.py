@@ -194,6 +194,27 @@ class OutOfCore:
         return ooc
 
     @classmethod
+    def from_blocks(cls, blocks, n: int, scratch: str | os.PathLike, memory_budget: str | int,
+                    **kwargs) -> OutOfCore:
+        """A store of ``n`` particles arriving as consecutive :class:`gravpipe.Particles`
+        blocks (``ic.plummer_blocks``, ``ic.model_blocks``): initial conditions of any N
+        drawn straight into the pages."""
+        ooc = cls(n, scratch, memory_budget, **kwargs)
+        try:
+            b = 0
+            for blk in blocks:
+                if b + len(blk.mass) > n:
+                    raise ValueError(f"blocks: more than the {n} particles announced")
+                ooc._write_block(b, blk.pos, blk.vel, blk.mass, blk.id)
+                b += len(blk.mass)
+            if b != n:
+                raise ValueError(f"blocks: {b} particles of the {n} announced")
+        except BaseException:
+            ooc.close()
+            raise
+        return ooc
+
+    @classmethod
     def from_snapshot(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
                       chunk: int = 1 << 20, **kwargs) -> OutOfCore:
         """A store of the particles of a GADGET-layout HDF5 snapshot, read block by block
@@ -309,6 +330,16 @@ class OutOfCore:
             e = min(self.n, b + chunk)
             yield b, {f: self.store.read(f, b, e) for f in fields}
 
+    def write_snapshot(self, path: str | os.PathLike, chunk: int = 1 << 20,
+                       parameters: dict | None = None) -> None:
+        """A GADGET-layout snapshot of the store's particles (its curve order) at ``self.t``,
+        streamed block by block (io.streamed_snapshot: temporary name, then renamed)."""
+        from gravpipe import io
+        from gravpipe.particles import Particles
+        with io.streamed_snapshot(path, self.n, self.t, parameters=parameters) as out:
+            for _, blk in self.blocks(["pos", "vel", "mass", "id"], chunk):
+                out.write(Particles(blk["pos"], blk["vel"], blk["mass"], blk["id"]))
+
     def gather(self, name: str) -> np.ndarray:
         """A whole field in the caller's order (needs it in memory: tests and small runs)."""
         comps, dtype = (OOC_FIELDS.get(name) or self.store.field(name))
@@ -342,3 +373,45 @@ class OutOfCore:
 
     def __repr__(self) -> str:
         return f"OutOfCore(n={self.n}, store={self.store!r}, cache={format_bytes(self.plan.cache)})"
+
+
+def evolve(ooc: OutOfCore, t_end: float, dt: float, *, snapshot_every: float | None = None,
+           out: str | os.PathLike | None = None, report=None) -> list[StepTimes]:
+    """Leapfrog steps of ``dt`` from ``ooc.t`` to ``t_end`` (a whole number of steps), with
+    snapshots ``out/snapshot_NNNN.h5`` every ``snapshot_every`` (a whole number of steps;
+    the first at the start) streamed from the pages. ``report(step, StepTimes)`` after each
+    step. Returns the steps' times."""
+    steps_f = (t_end - ooc.t) / dt
+    steps = round(steps_f)
+    if steps < 0 or abs(steps_f - steps) > 1e-9 * max(1.0, steps_f):
+        raise ValueError(f"t_end: {t_end:g} is not a whole number of steps dt = {dt:g} after t = {ooc.t:g}")
+    every = None
+    if snapshot_every is not None:
+        every_f = snapshot_every / dt
+        every = round(every_f)
+        if every < 1 or abs(every_f - every) > 1e-9 * every_f:
+            raise ValueError(f"snapshot_every: {snapshot_every:g} is not a whole number of steps dt = {dt:g}")
+        if out is None:
+            raise ValueError("snapshot_every: needs out (a directory)")
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+    t0 = ooc.t
+    snap = 0
+
+    def snapshot() -> None:
+        nonlocal snap
+        ooc.write_snapshot(os.path.join(out, f"snapshot_{snap:04d}.h5"),
+                           parameters={"integrator": "leapfrog", "gravity": "tree", "out_of_core": 1})
+        snap += 1
+
+    if every is not None:
+        snapshot()
+    times = []
+    for k in range(1, steps + 1):
+        times.append(ooc.step(dt))
+        ooc.t = t0 + k * dt  # on the grid, as the in-core leapfrog keeps it
+        if report is not None:
+            report(k, times[-1])
+        if every is not None and k % every == 0:
+            snapshot()
+    return times

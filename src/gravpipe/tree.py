@@ -174,13 +174,19 @@ class Tree:
         (float64 throughout, the direct pipeline's double mode).
     isa : CPU instruction set of the list kernels, as for a Pipeline ("auto":
         GRAVPIPE_ISA if set, else the best this CPU has); ``.isa`` says which runs.
+    memory_budget, scratch : out of core (both together): the particles go to the pages of a
+        scratch file in ``scratch`` and the tree reads them through a page cache, everything
+        that grows with N within ``memory_budget`` ("4GiB"; gravpipe.ooc). The forces are the
+        in-core ones bit for bit; ``forces(pos_i)`` and ``alpha`` are not available there.
+        ``close()`` (or collection) removes the scratch file.
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
                  theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
-                 precision: str = "mixed", local_expansion: bool = True, isa: str = "auto"):
+                 precision: str = "mixed", local_expansion: bool = True, isa: str = "auto",
+                 memory_budget: str | int | None = None, scratch: str | None = None):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -193,17 +199,47 @@ class Tree:
         if not isinstance(local_expansion, (bool, np.bool_)):
             raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
         self.local_expansion = bool(local_expansion)
+        self._ooc = None
+        if memory_budget is not None or scratch is not None:
+            self._ooc = self._out_of_core(pos_a, mass_a, memory_budget, scratch, a, nthreads, isa)
+            return
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
                                 nthreads, precision, self.local_expansion, resolve_isa(isa))
 
+    def _out_of_core(self, pos, mass, memory_budget, scratch, alpha: float, threads: int, isa: str):
+        from gravpipe.ooc import OutOfCore
+        from gravpipe.particles import Particles
+        if memory_budget is None or scratch is None:
+            raise ValueError("memory_budget and scratch: give both for an out-of-core tree (or neither)")
+        if alpha:
+            raise ValueError("alpha: the relative opening criterion is not available out of core")
+        n = len(mass)
+        blocks = (Particles(pos[b:b + (1 << 18)], np.zeros((min(n - b, 1 << 18), 3)), mass[b:b + (1 << 18)],
+                            np.arange(b, min(n, b + (1 << 18)))) for b in range(0, n, 1 << 18))
+        return OutOfCore.from_blocks(blocks, n, scratch, memory_budget, eps=self.eps, G=self.G, theta=self.theta,
+                                     quadrupole=self.quadrupole, quad_tol=self.quad_tol, n_leaf=self.n_leaf,
+                                     n_crit=self.n_crit, threads=threads or None, precision=self.precision,
+                                     local_expansion=self.local_expansion, isa=isa)
+
+    def close(self) -> None:
+        """Out of core: remove the scratch file (in core: nothing to do)."""
+        if self._ooc is not None:
+            self._ooc.close()
+
+    @property
+    def out_of_core(self):
+        """The :class:`gravpipe.ooc.OutOfCore` behind an out-of-core tree (its store's
+        counters: ``.stats``), or None."""
+        return self._ooc
+
     @property
     def n(self) -> int:
-        return self._impl.n
+        return self._ooc.n if self._ooc is not None else self._impl.n
 
     @property
     def isa(self) -> str:
         """CPU instruction set of the list kernels ("avx512", "avx2" or "generic")."""
-        return self._impl.isa
+        return self._ooc.params["isa"] if self._ooc is not None else self._impl.isa
 
     def __repr__(self) -> str:
         return (f"Tree(n={self.n}, eps={self.eps}, G={self.G}, theta={self.theta}, quadrupole={self.quadrupole}, "
@@ -220,7 +256,14 @@ class Tree:
         Raises ``ValueError`` for bad input and for a non-finite result (a point on a
         particle with eps = 0).
         """
-        if pos_i is None:
+        if self._ooc is not None and pos_i is not None:
+            raise ValueError("pos_i: an out-of-core tree gives self-gravity only (forces())")
+        if pos_i is None and self._ooc is not None:
+            if exclude is not None:
+                raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
+            self._ooc.forces()
+            acc, pot = self._ooc.gather("acc"), self._ooc.gather("pot")
+        elif pos_i is None:
             if exclude is not None:
                 raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
             acc = np.empty((self.n, 3))
@@ -249,6 +292,10 @@ class Tree:
     @property
     def stats(self) -> TreeStats:
         """Counters and timers of the last evaluation (and of the build)."""
+        if self._ooc is not None:
+            if self._ooc.tree_stats is None:
+                raise ValueError("stats: an out-of-core tree is built by its first forces()")
+            return self._ooc.tree_stats
         return TreeStats(**self._impl.stats())
 
 
