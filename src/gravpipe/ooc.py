@@ -36,7 +36,8 @@ from gravpipe import _core
 from gravpipe.backends import resolve_isa
 from gravpipe.errors import MemoryBudgetError
 from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, parse_byte_size
-from gravpipe.tree import DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats
+from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
+                                  _check_precision, check_quad_tol, check_tree_params)
 
 __all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "plan_budget"]
 
@@ -144,7 +145,6 @@ class OutOfCore:
                  isa: str = "auto", page_bytes: str | int = DEFAULT_PAGE_BYTES, cache_bytes: str | int | None = None,
                  io: str = "auto", eviction: str = "clock", read_ahead: int = 4,
                  sort_buffer: str | int | None = None):
-        from gravpipe.tree import Tree  # parameter checks shared with the in-core tree
         self.n = int(n)
         if self.n < 1:
             raise ValueError(f"n: must be >= 1, got {n}")
@@ -152,9 +152,12 @@ class OutOfCore:
         self.params = dict(eps=float(eps), G=float(G), theta=float(theta), quadrupole=bool(quadrupole),
                            quad_tol=float(quad_tol), n_leaf=int(n_leaf), n_crit=int(n_crit), threads=self.threads,
                            precision=precision, local_expansion=bool(local_expansion), isa=resolve_isa(isa))
-        Tree(np.zeros((1, 3)), np.ones(1), eps, G, theta=theta, quadrupole=quadrupole, quad_tol=quad_tol,
-             n_leaf=n_leaf, n_crit=n_crit, threads=self.threads, precision=precision,
-             local_expansion=local_expansion, isa=isa)  # validates every parameter as Tree does
+        # the in-core Tree's checks (the core checks eps and G again when the tree is built)
+        check_tree_params(theta, n_leaf, n_crit, None, threads)
+        check_quad_tol(quad_tol)
+        _check_precision(precision)
+        if not (math.isfinite(float(eps)) and float(eps) >= 0):
+            raise ValueError(f"eps: must be finite and >= 0, got {eps!r}")
         page = parse_byte_size(page_bytes)
         self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf),
                                 None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead)
