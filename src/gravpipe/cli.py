@@ -175,6 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="auto: O_DIRECT where the file system accepts it, else buffered + fadvise (reported)")
     bs.add_argument("--plot", metavar="PNG", help="also draw us/byte and bandwidth vs block size")
     bs.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bo = bsub.add_parser("ooc", help="the treecode out of core: bytes swapped per step vs in-core bytes and page "
+                                     "size (Salmon & Warren Fig. 5), a full step vs the same step in core, and a "
+                                     "demonstration step from an IC file")
+    bo.add_argument("what", nargs="+", choices=["swap", "ratio", "demo"])
+    bo.add_argument("--scratch", metavar="DIR", required=True, help="directory for the scratch files")
+    bo.add_argument("-n", type=_positive_int, nargs="+", default=[1_000_000], help="particles (swap, ratio)")
+    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap)")
+    bo.add_argument("--fractions", type=_fraction_or_float, nargs="+", default=None,
+                    help="cache sizes as fractions of the particle data (swap)")
+    bo.add_argument("--cache-fraction", type=_fraction_or_float, default=0.1,
+                    help="cache as a fraction of the particle data (ratio; default 1/10)")
+    bo.add_argument("--model", choices=["plummer", "cube"], default="plummer")
+    bo.add_argument("--file", help="IC snapshot (demo)")
+    bo.add_argument("--memory-budget", default="4GiB", help="budget of the demo (default 4GiB)")
+    bo.add_argument("--n-leaf", type=_positive_int, default=16, help="leaf size of the demo's tree (default 16)")
+    bo.add_argument("--sample", type=int, default=1000, help="particles checked against a float64 direct sum (demo)")
+    bo.add_argument("--threads", type=_positive_int, default=None)
+    bo.add_argument("--plot", metavar="PNG", help="swap: bytes swapped vs in-core bytes")
+    bo.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
     bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
@@ -444,7 +463,62 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ooc(args: argparse.Namespace) -> int:
+    from gravpipe.bench import machine
+    from gravpipe.bench import ooc as bo
+    from gravpipe.store import format_bytes
+
+    info = machine.describe()
+    print(f"gravpipe bench ooc  {info['cpu']}, {info['openmp_threads']} threads, isa {info['isa']}")
+    doc: dict = {"benchmark": "ooc", "machine": info}
+    if "swap" in args.what:
+        rows = []
+        for n in args.n:
+            rows += bo.swap(n, args.scratch, args.pages or bo.DEFAULT_PAGE_SIZES,
+                            args.fractions or bo.DEFAULT_CACHE_FRACTIONS, model=args.model, threads=args.threads,
+                            progress=lambda m: print(m, flush=True))
+        print(f"{'N':>10} {'page':>9} {'cache/data':>10} {'cache':>11} {'read/step':>11} {'written/step':>12} "
+              f"{'swapped/data':>12} {'step s':>7}")
+        for r in rows:
+            print(f"{r['n']:>10} {format_bytes(r['page_bytes']):>9} {r['cache_fraction']:>10.3g} "
+                  f"{format_bytes(r['cache_bytes']):>11} {format_bytes(r['bytes_read']):>11} "
+                  f"{format_bytes(r['bytes_written']):>12} {r['bytes_swapped'] / r['data_bytes']:>12.2f} "
+                  f"{r['seconds_step']:>7.2f}")
+        doc["swap"] = rows
+        if args.plot:
+            bo.plot_swap(rows, args.plot)
+            print(f"wrote {args.plot}")
+    if "ratio" in args.what:
+        doc["ratio"] = []
+        for n in args.n:
+            r = bo.ratio(n, args.scratch, cache_fraction=args.cache_fraction, model=args.model, threads=args.threads,
+                         progress=lambda m: print(m, flush=True))
+            doc["ratio"].append(r)
+            st = r["stages"]
+            print(f"N = {n}: in core {r['seconds_in_core']:.2f} s, out of core {r['seconds_out_of_core']:.2f} s, "
+                  f"ratio {r['ratio']:.3f} (cache {r['cache_fraction']:g} of the data = "
+                  f"{format_bytes(r['cache_bytes'])}, budget {format_bytes(r['budget_bytes'])} = "
+                  f"{r['budget_fraction']:.2f} of the data, peak charged {format_bytes(r['budget_peak_bytes'])}); "
+                  f"bitwise equal: {r['identical_to_in_core']}")
+            print("  stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()) +
+                  f"; read {format_bytes(r['bytes_read'])}, written {format_bytes(r['bytes_written'])}, stalls "
+                  f"{r['stall_seconds']:.2f} thread-s; {r['interactions_per_s_out_of_core']:.3g} interactions/s; "
+                  f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
+    if "demo" in args.what:
+        if not args.file:
+            raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
+        r = bo.demo(args.file, args.scratch, args.memory_budget, n_leaf=args.n_leaf, sample=args.sample,
+                    threads=args.threads, progress=lambda m: print(m, flush=True))
+        doc["demo"] = r
+        print(json.dumps(r, indent=1))
+    from rich.console import Console
+    _emit_json(args.json, lambda: doc, Console())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench == "ooc":
+        return _bench_ooc(args)
     if args.bench == "direct":
         return _bench_direct(args)
     if args.bench == "hermite":

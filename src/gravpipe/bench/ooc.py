@@ -87,9 +87,9 @@ def _stages(st) -> dict:
             "walk_forces": st.walk_forces, "kick": st.kick}
 
 
-def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, dict, np.ndarray, np.ndarray]:
+def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, object, np.ndarray, np.ndarray]:
     """One step of the C++ leapfrog over the in-core tree (forces at t0 done before the
-    clock): seconds, the tree's stats, positions and velocities after it."""
+    clock): seconds, the tree's TreeStats, positions and velocities after it."""
     from gravpipe import _core
     from gravpipe.tree import TreeGravity
     g = TreeGravity(eps, 1.0, threads=threads)
@@ -98,7 +98,7 @@ def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, dict, n
     t0 = time.perf_counter()
     lf.evolve_to(dt)
     sec = time.perf_counter() - t0
-    return sec, g.tree_stats.__dict__ if hasattr(g.tree_stats, "__dict__") else {}, lf.positions(), lf.velocities()
+    return sec, g.tree_stats, lf.positions(), lf.velocities()
 
 
 def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 << 20, model: str = "plummer",
@@ -150,7 +150,6 @@ def direct_errors(ooc, k: int = 1000, seed: int = 0, chunk: int = 1 << 20) -> di
     """|a_tree - a_direct| / |a_direct| on ``k`` sampled particles of an OutOfCore whose
     forces are done, against a float64 direct sum over every particle read block by block
     (the i-set in memory, the j-set streamed)."""
-    from gravpipe import _core
     n = ooc.n
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(n, min(k, n), replace=False))  # store positions
@@ -158,8 +157,6 @@ def direct_errors(ooc, k: int = 1000, seed: int = 0, chunk: int = 1 << 20) -> di
     acc_i = np.stack([ooc.store.read("acc", int(i), int(i) + 1)[0] for i in idx])
     eps, G = ooc.params["eps"], ooc.params["G"]
     ref = np.zeros((len(idx), 3))
-    pipe = _core.Pipeline("cpu", "double", eps, G) if hasattr(_core, "Pipeline") and False else None
-    _ = pipe
     for b, blk in ooc.blocks(["pos", "mass"], chunk):
         pj, mj = blk["pos"], blk["mass"]
         for s in range(0, len(idx), 64):
