@@ -191,3 +191,20 @@ def test_cli_run_and_ic_out_of_core(tmp_path):
     ref = np.argsort(sim.particles.id)
     assert np.array_equal(q.pos[order], sim.particles.pos[ref])
     assert main(["run", "--gravity", "direct", "--memory-budget", "48MiB", "--scratch", str(scratch)]) == 2
+
+
+def test_cells_beyond_the_plan_raise_memory_budget_error(tmp_path, monkeypatch):
+    """The budget plans ~0.4 cells a particle; a tree with more cells than planned stops with
+    MemoryBudgetError naming the least budget (from the core's charge), never an OOM kill."""
+    import gravpipe.ooc as ooc_mod
+    n = 6000
+    p = gp.ic.plummer(n, seed=1)
+    monkeypatch.setattr(ooc_mod, "CELLS_PER_PARTICLE_AT_16", 0.001)  # plan for almost no cells
+    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 1024)  # and little room for anything else
+    monkeypatch.setattr(ooc_mod, "COPY_ALLOWANCE", 64 * 1024)
+    budget = _least(n, 1)
+    with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=1, page_bytes=PAGE) as o:
+        with pytest.raises(MemoryBudgetError, match="cells.*least budget that works") as e:
+            o.forces()
+        assert e.value.least_budget > budget
+    assert os.listdir(tmp_path) == []

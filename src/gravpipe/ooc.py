@@ -54,6 +54,9 @@ OOC_FIELDS: dict[str, tuple[int, str]] = {
 CELLS_PER_PARTICLE_AT_16 = 0.4
 #: particles per block of the leapfrog's kick and drift passes
 KICK_BLOCK = 1 << 16
+#: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
+#: page, or come when its share of pinned frames is full): a run's worth, with room to spare
+COPY_ALLOWANCE = 4 << 20
 
 
 @dataclass
@@ -96,7 +99,7 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     cells = int(_core.paged_tree_bytes_per_cell()) * nodes
     lists = int(_core.paged_tree_list_bytes(nodes, threads))
-    blocks = 72 * KICK_BLOCK + threads * (4 << 20)  # kick/drift blocks, copied particle blocks
+    blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE  # kick/drift blocks, copied particle blocks
     least_sort = int(_core.least_sort_buffer(n))
     headroom = max(cells + 8 * n, cells + lists, least_sort + 2 * n) + blocks
     least = least_store + headroom
@@ -279,7 +282,7 @@ class OutOfCore:
     def _tree_forces(self, st: StepTimes) -> None:
         p = self.params
         self._tree = None
-        t0 = time.perf_counter()
+        self._have_forces = False  # until this evaluation has written every particle's acc and pot
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"])
         s0 = tree.stats()
@@ -291,7 +294,6 @@ class OutOfCore:
         self.tree_stats = TreeStats(**tree.stats())
         self._have_forces = True
         self._sorted = False  # positions may move from here on
-        _ = t0
 
     def step(self, dt: float) -> StepTimes:
         """One kick-drift-kick leapfrog step of ``dt`` (as gravpipe's in-core leapfrog:
