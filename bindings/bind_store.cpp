@@ -20,6 +20,8 @@
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/particle_store.hpp"
+#include "gravpipe/paged_leapfrog.hpp"
+#include "gravpipe/store_sort.hpp"
 #include "ndarray_views.hpp"
 #include "store_box.hpp"
 
@@ -28,13 +30,11 @@ using namespace gravpipe;
 
 namespace {
 
-using bindings::Indices, bindings::to_numpy;
+using bindings::Indices, bindings::to_numpy, bindings::StoreBox;
 using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using AnyF64 = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 using AnyI64 = nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>;
 using FieldTuple = std::tuple<std::string, int, std::string>;  // name, components, "f64" | "i64"
-
-using bindings::StoreBox;
 
 StoreConfig make_config(const std::string& directory, std::int64_t n, const std::vector<FieldTuple>& fields,
                         std::size_t page_bytes, std::uint64_t budget, std::uint64_t cache_bytes,
@@ -112,9 +112,10 @@ nb::tuple read_blocks(StoreBox& box, Indices begins, Indices ends, int threads) 
   std::vector<double> x(total), y(total), z(total), m(total);
   {
     nb::gil_scoped_release release;
-    const PagedParticles acc(s);
+    const int t = threads > 0 ? threads : omp_get_max_threads();
+    const PagedParticles acc(s, "pos", "mass", t);
     std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_max_threads())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(t)
     for (std::int64_t k = 0; k < nb_; ++k) {
       try {
         const ParticleBlock blk = acc.block(begins.data()[k], ends.data()[k]);
@@ -198,6 +199,50 @@ void bind_store(nb::module_& m) {
       .def_prop_ro("budget_total", [](const StoreBox& b) { return b.get().budget().total(); })
       .def_prop_ro("budget_used", [](const StoreBox& b) { return b.get().budget().used(); })
       .def_prop_ro("budget_peak", [](const StoreBox& b) { return b.get().budget().peak(); });
+
+  m.def("store_sort_by_curve",
+        [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads) {
+          ParticleStore& s = b.get();
+          StoreSortStats st;
+          {
+            nb::gil_scoped_release release;
+            st = sort_store_by_curve(s, {carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()});
+          }
+          nb::dict d;
+          d["runs"] = st.runs;
+          d["run_particles"] = st.run_particles;
+          d["seconds_bounds"] = st.seconds_bounds;
+          d["seconds_runs"] = st.seconds_runs;
+          d["seconds_merge"] = st.seconds_merge;
+          d["seconds_permute"] = st.seconds_permute;
+          d["frame_lo"] = std::vector<double>{st.frame.lo[0], st.frame.lo[1], st.frame.lo[2]};
+          d["frame_scale"] = st.frame.scale;
+          return d;
+        },
+        nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
+        "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp).");
+  m.def("least_sort_buffer", &least_sort_buffer, nb::arg("n"), "The least sort buffer (bytes) for n particles.");
+  m.def("store_kick_drift",
+        [](StoreBox& b, double h, double dt, std::int64_t block) {
+          ParticleStore& s = b.get();
+          nb::gil_scoped_release release;
+          paged_kick_drift(s, h, dt, block);
+        },
+        nb::arg("store"), nb::arg("h"), nb::arg("dt"), nb::arg("block"), "vel += h acc; pos += dt vel on the pages.");
+  m.def("store_kick",
+        [](StoreBox& b, double h, std::int64_t block, double t) {
+          ParticleStore& s = b.get();
+          nb::gil_scoped_release release;
+          paged_kick(s, h, block, t);
+        },
+        nb::arg("store"), nb::arg("h"), nb::arg("block"), nb::arg("t"), "vel += h acc on the pages (forces checked).");
+  m.def("store_check_forces",
+        [](StoreBox& b, std::int64_t block, double t) {
+          ParticleStore& s = b.get();
+          nb::gil_scoped_release release;
+          check_paged_forces(s, block, t);
+        },
+        nb::arg("store"), nb::arg("block"), nb::arg("t"), "IntegrationError when a force on the pages is not finite.");
 
   m.def("store_read_blocks", &read_blocks, nb::arg("store"), nb::arg("begins"), nb::arg("ends"), nb::arg("threads") = 0,
         "x, y, z, m (each (sum of block lengths,)) of blocks [begins[k], ends[k]) read through PagedParticles by "

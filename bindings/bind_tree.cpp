@@ -7,12 +7,12 @@
 
 #include <optional>
 
-#include "ndarray_views.hpp"
-#include "gravpipe/tree.hpp"
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/paged_tree.hpp"
+#include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
+#include "ndarray_views.hpp"
 #include "store_box.hpp"
 
 namespace nb = nanobind;
@@ -71,6 +71,24 @@ DomainBox box_from(const Box& b) {
   d.a_min = b.data()[6];
   return d;
 }
+
+/// The out-of-core tree with the store it reads: every call checks that the store is open.
+class PagedTreeBox {
+ public:
+  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p) : box_(box), tree_(box.get(), p) {}
+  PagedTree& get() {
+    box_.get();  // throws once the store is closed
+    return tree_;
+  }
+  const PagedTree& get() const {
+    box_.get();
+    return tree_;
+  }
+
+ private:
+  bindings::StoreBox& box_;  // kept alive by the Python object (keep_alive)
+  PagedTree tree_;
+};
 
 void check_columns(std::size_t got, std::size_t want, const char* name) {
   if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
@@ -147,29 +165,6 @@ void bind_domain_tree(nb::module_& m) {
 }  // namespace
 
 void bind_tree(nb::module_& m) {
-  m.def("paged_tree_self_forces",
-        [](bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
-           int n_crit, int threads, const std::string& precision, bool local_expansion, const std::string& isa) {
-          const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads, precision,
-                                           local_expansion, isa);
-          ParticleStore& store = box.get();
-          const auto n = static_cast<std::size_t>(store.size());
-          std::vector<double> acc(3 * n), pot(n);
-          TreeStats stats;
-          {
-            nb::gil_scoped_release release;
-            PagedTree tree(store, p);
-            tree.self_forces({acc.data(), acc.size()}, {pot.data(), pot.size()});
-            stats = tree.stats();
-          }
-          return nb::make_tuple(to_numpy(std::move(acc), {n, 3}), to_numpy(std::move(pot), {n}), stats_dict(stats));
-        },
-        nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"), nb::arg("quad_tol"),
-        nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"),
-        nb::arg("isa") = "auto",
-        "Self-gravity of a store's particles (curve order) by the treecode reading them from pages: "
-        "(acc (n,3), pot (n,), stats), bitwise equal to Tree's on the same particles.");
-
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
@@ -197,6 +192,26 @@ void bind_tree(nb::module_& m) {
       .def_prop_ro("n", &Tree::size)
       .def_prop_ro("isa", [](const Tree& t) { return isa_name(t.isa()); })
       .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
+
+  nb::class_<PagedTreeBox>(m, "PagedTree")
+      .def("__init__",
+           [](PagedTreeBox* self, bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole,
+              double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
+              bool local_expansion, const std::string& isa) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
+                                              precision, local_expansion, isa);
+             nb::gil_scoped_release release;
+             new (self) PagedTreeBox(box, p);
+           },
+           nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
+           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::keep_alive<1, 2>())
+      .def("self_forces", [](PagedTreeBox& t) { t.get().self_forces(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("cell_bytes", [](const PagedTreeBox& t) { return t.get().cell_bytes(); })
+      .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
+      .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
+  m.def("paged_tree_bytes_per_cell", &PagedTree::bytes_per_cell);
+  m.def("paged_tree_list_bytes", &PagedTree::list_bytes, nb::arg("nodes"), nb::arg("threads"));
 
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",

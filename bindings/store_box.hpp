@@ -1,5 +1,5 @@
-// The store behind a Python gravpipe.store.ParticleStore, shared by the bindings that take
-// one (bind_store.cpp, bind_tree.cpp's paged tree).
+// The store behind a Python object that can be closed (its scratch file removed) before the
+// object is collected: shared by bind_store.cpp and the out-of-core tree in bind_tree.cpp.
 #pragma once
 #include <memory>
 
@@ -8,8 +8,6 @@
 
 namespace gravpipe::bindings {
 
-/// The store behind a Python object that can be closed (its scratch file removed) before
-/// the object is collected.
 class StoreBox {
  public:
   explicit StoreBox(const StoreConfig& c) : store_(std::make_unique<ParticleStore>(c)) {}

@@ -84,7 +84,7 @@ def test_bad_block_arguments_name_the_problem():
     with pytest.raises(ValueError, match="cannot be drawn block by block"):
         ic.model_blocks("uniform-sphere", 100)
     with pytest.raises(ValueError, match="least that works"):
-        ic.check_ic_budget(1000)
+        ic.check_ic_budget(1000, 5000)
 
 
 def test_streamed_snapshot_reads_back_whole_and_in_blocks(tmp_path):
@@ -135,7 +135,7 @@ def test_cli_ic_streams_the_same_model(tmp_path):
                         "--memory-budget", "1GiB", "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert np.array_equal(io.read(out)[0].pos, ic.uniform_cube(5000, seed=8).pos)
-    r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "ic", "plummer", "-n", "5000", "--memory-budget", "10MiB",
+    r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "ic", "plummer", "-n", "5000", "--memory-budget", "1MiB",
                         "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "least that works" in r.stderr and r.stderr.count("\n") == 1
 

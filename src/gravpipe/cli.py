@@ -177,6 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="auto: O_DIRECT where the file system accepts it, else buffered + fadvise (reported)")
     bs.add_argument("--plot", metavar="PNG", help="also draw us/byte and bandwidth vs block size")
     bs.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
+    bo = bsub.add_parser("ooc", help="the treecode out of core: bytes swapped per step vs in-core bytes and page "
+                                     "size (Salmon & Warren Fig. 5), a full step vs the same step in core, and a "
+                                     "demonstration step from an IC file")
+    bo.add_argument("what", nargs="+", choices=["swap", "ratio", "demo"])
+    bo.add_argument("--scratch", metavar="DIR", required=True, help="directory for the scratch files")
+    bo.add_argument("-n", type=_positive_int, nargs="+", default=[1_000_000], help="particles (swap, ratio)")
+    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap)")
+    bo.add_argument("--fractions", type=_fraction_or_float, nargs="+", default=None,
+                    help="cache sizes as fractions of the particle data (swap)")
+    bo.add_argument("--cache-fraction", type=_fraction_or_float, default=0.1,
+                    help="cache as a fraction of the particle data (ratio; default 1/10)")
+    bo.add_argument("--model", choices=["plummer", "cube"], default="plummer")
+    bo.add_argument("--file", help="IC snapshot (demo)")
+    bo.add_argument("--memory-budget", default="4GiB", help="budget of the demo (default 4GiB)")
+    bo.add_argument("--n-leaf", type=_positive_int, default=16, help="leaf size of the demo's tree (default 16)")
+    bo.add_argument("--sample", type=int, default=1000, help="particles checked against a float64 direct sum (demo)")
+    bo.add_argument("--threads", type=_positive_int, default=None)
+    bo.add_argument("--plot", metavar="PNG", help="swap: bytes swapped vs in-core bytes")
+    bo.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
     bt.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 100000 1000000 10000000; --quick: 20000 100000)")
@@ -269,6 +288,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
     r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
+    r.add_argument("--memory-budget", metavar="SIZE", default=None,
+                   help="out of core (with --gravity tree, leapfrog, and --scratch): particles in the pages of a "
+                        "scratch file, everything that grows with N within SIZE ('4GiB')")
+    r.add_argument("--scratch", metavar="DIR", default=None, help="directory of the out-of-core scratch file")
+    r.add_argument("--page-bytes", metavar="SIZE", default="1MiB", help="out-of-core page size (default 1MiB)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -423,7 +447,7 @@ def cmd_ic(args: argparse.Namespace) -> int:
         from gravpipe.store import parse_byte_size
 
         if args.memory_budget is not None:
-            gp.ic.check_ic_budget(parse_byte_size(args.memory_budget))
+            gp.ic.check_ic_budget(parse_byte_size(args.memory_budget), args.n)
         with io.streamed_snapshot(args.output, args.n, 0.0, parameters=parameters) as out:
             for block in gp.ic.model_blocks(args.model, args.n, seed=args.seed):
                 out.write(block)
@@ -444,7 +468,62 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ooc(args: argparse.Namespace) -> int:
+    from gravpipe.bench import machine
+    from gravpipe.bench import ooc as bo
+    from gravpipe.store import format_bytes
+
+    info = machine.describe()
+    print(f"gravpipe bench ooc  {info['cpu']}, {info['openmp_threads']} threads, isa {info['isa']}")
+    doc: dict = {"benchmark": "ooc", "machine": info}
+    if "swap" in args.what:
+        rows = []
+        for n in args.n:
+            rows += bo.swap(n, args.scratch, args.pages or bo.DEFAULT_PAGE_SIZES,
+                            args.fractions or bo.DEFAULT_CACHE_FRACTIONS, model=args.model, threads=args.threads,
+                            progress=lambda m: print(m, flush=True))
+        print(f"{'N':>10} {'page':>9} {'cache/data':>10} {'cache':>11} {'read/step':>11} {'written/step':>12} "
+              f"{'swapped/data':>12} {'step s':>7}")
+        for r in rows:
+            print(f"{r['n']:>10} {format_bytes(r['page_bytes']):>9} {r['cache_fraction']:>10.3g} "
+                  f"{format_bytes(r['cache_bytes']):>11} {format_bytes(r['bytes_read']):>11} "
+                  f"{format_bytes(r['bytes_written']):>12} {r['bytes_swapped'] / r['data_bytes']:>12.2f} "
+                  f"{r['seconds_step']:>7.2f}")
+        doc["swap"] = rows
+        if args.plot:
+            bo.plot_swap(rows, args.plot)
+            print(f"wrote {args.plot}")
+    if "ratio" in args.what:
+        doc["ratio"] = []
+        for n in args.n:
+            r = bo.ratio(n, args.scratch, cache_fraction=args.cache_fraction, model=args.model, threads=args.threads,
+                         progress=lambda m: print(m, flush=True))
+            doc["ratio"].append(r)
+            st = r["stages"]
+            print(f"N = {n}: in core {r['seconds_in_core']:.2f} s, out of core {r['seconds_out_of_core']:.2f} s, "
+                  f"ratio {r['ratio']:.3f} (cache {r['cache_fraction']:g} of the data = "
+                  f"{format_bytes(r['cache_bytes'])}, budget {format_bytes(r['budget_bytes'])} = "
+                  f"{r['budget_fraction']:.2f} of the data, peak charged {format_bytes(r['budget_peak_bytes'])}); "
+                  f"bitwise equal: {r['identical_to_in_core']}")
+            print("  stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()) +
+                  f"; read {format_bytes(r['bytes_read'])}, written {format_bytes(r['bytes_written'])}, stalls "
+                  f"{r['stall_seconds']:.2f} thread-s; {r['interactions_per_s_out_of_core']:.3g} interactions/s; "
+                  f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
+    if "demo" in args.what:
+        if not args.file:
+            raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
+        r = bo.demo(args.file, args.scratch, args.memory_budget, n_leaf=args.n_leaf, sample=args.sample,
+                    threads=args.threads, progress=lambda m: print(m, flush=True))
+        doc["demo"] = r
+        print(json.dumps(r, indent=1))
+    from rich.console import Console
+    _emit_json(args.json, lambda: doc, Console())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench == "ooc":
+        return _bench_ooc(args)
     if args.bench == "direct":
         return _bench_direct(args)
     if args.bench == "hermite":
@@ -721,6 +800,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from gravpipe import runconfig
 
+    if args.memory_budget is not None or args.scratch is not None:
+        return _run_out_of_core(args)
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:
         return _resume_run(args, cli_values)
@@ -737,6 +818,66 @@ def _run(args: argparse.Namespace) -> int:
     _print_start(sim, source, settings.t_end, settings.out, note)
     return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress,
                               overwrite=settings.overwrite)
+
+
+def _run_out_of_core(args: argparse.Namespace) -> int:
+    """``gravpipe run --gravity tree --memory-budget SIZE --scratch DIR``: the leapfrog with
+    the treecode out of core (gravpipe.ooc), snapshots streamed from the pages. What the
+    in-core run offers beyond that (checkpoints, --resume, --config, diagnostics.csv and the
+    energy error, Hermite) is refused by name rather than silently dropped."""
+    import gravpipe as gp
+    from gravpipe import ooc, runconfig
+    from gravpipe.store import format_bytes
+
+    if args.memory_budget is None or args.scratch is None:
+        raise UserError("--memory-budget and --scratch go together (an out-of-core run needs both)")
+    if args.gravity != "tree":
+        raise UserError("--memory-budget: out of core runs --gravity tree only (give --gravity tree)")
+    if args.integrator not in (None, "leapfrog"):
+        raise UserError(f"--memory-budget: out of core runs the leapfrog only, not --integrator {args.integrator}")
+    for opt in ("resume", "config", "checkpoint_every", "eta", "eta_s", "dt_max", "overwrite"):
+        if getattr(args, opt) is not None:
+            raise UserError(f"{_option_name(opt)}: not available out of core (--memory-budget) yet")
+    if args.backend not in (None, "auto", "cpu"):
+        raise UserError(f"--backend {args.backend}: the out-of-core tree runs on the CPU")
+    from gravpipe.integrators import INTEGRATORS
+
+    dt = args.dt if args.dt is not None else INTEGRATORS["leapfrog"].defaults["dt"]
+    t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
+    eps = args.eps if args.eps is not None else runconfig.DEFAULT_EPS
+    kw = dict(eps=eps, threads=args.threads, precision=args.precision or "mixed", page_bytes=args.page_bytes)
+    if args.theta is not None:
+        kw["theta"] = args.theta
+    if args.file is not None:
+        if args.ic is not None or args.n is not None or args.seed is not None:
+            raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")
+        run = ooc.OutOfCore.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
+        source = args.file
+    else:
+        model = args.ic or "plummer"
+        n = args.n or runconfig.DEFAULT_N
+        seed = args.seed if args.seed is not None else runconfig.DEFAULT_SEED
+        if model not in gp.ic.BLOCK_MODELS:
+            raise UserError(f"--ic {model}: out of core draws models block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
+        run = ooc.OutOfCore.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
+                                        args.memory_budget, **kw)
+        source = f"{model} N = {n}, seed {seed}"
+    with run:
+        print(f"out of core: {source}, {run!r}; dt = {dt:g}, t_end = {t_end:g}; tree cells planned "
+              f"{format_bytes(run.plan.cells)}, cache {format_bytes(run.plan.cache)}")
+        print("diagnostics (energy, Lagrangian radii) and checkpoints are not written out of core")
+
+        def report(k: int, st: ooc.StepTimes) -> None:
+            print(f"step {k}: t = {run.t:.6g}  {st.total:.2f} s (kick-drift {st.kick_drift:.2f}, sort {st.sort:.2f}, "
+                  f"build {st.build:.2f}, moments {st.moments:.2f}, walk+forces {st.walk_forces:.2f}, "
+                  f"kick {st.kick:.2f})  read {format_bytes(st.bytes_read)}, written {format_bytes(st.bytes_written)}",
+                  flush=True)
+
+        ooc.evolve(run, t_end, dt, snapshot_every=args.snap_every, out=args.out, report=report)
+        s = run.stats
+        print(f"done: t = {run.t:g}; store: read {format_bytes(int(s['bytes_read']))}, written "
+              f"{format_bytes(int(s['bytes_written']))}, misses {s['misses']}, budget {format_bytes(run.plan.budget)}")
+    return 0
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:

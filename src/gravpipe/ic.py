@@ -261,13 +261,13 @@ IC_BLOCK = 1 << 20
 BYTES_PER_BLOCK_PARTICLE = 320
 
 
-def check_ic_budget(budget_bytes: int) -> None:
+def check_ic_budget(budget_bytes: int, n: int) -> None:
     """Raise ValueError naming the least budget that works when ``budget_bytes`` cannot
-    hold the drawing of one block of IC_BLOCK particles."""
-    least = IC_BLOCK * BYTES_PER_BLOCK_PARTICLE
+    hold the drawing of one block of a model of n particles (min(n, IC_BLOCK) of them)."""
+    least = min(int(n), IC_BLOCK) * BYTES_PER_BLOCK_PARTICLE
     if budget_bytes < least:
         raise ValueError(f"memory budget {budget_bytes} bytes is too small to draw initial conditions block "
-                         f"by block: the least that works is {least} bytes ({least / 2**20:.0f} MiB)")
+                         f"by block: the least that works is {least} bytes ({least / 2**20:.1f} MiB)")
 
 
 def _block_streams(seed: int | None, n: int, block: int) -> list[tuple[int, int, np.random.SeedSequence]]:

@@ -38,8 +38,6 @@ Results are bitwise identical for any thread count (each run is summed by one th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -47,103 +45,11 @@ from gravpipe import _core
 from gravpipe.backends import resolve_isa
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 from gravpipe.pipeline import PipelineStats
-from gravpipe.store import ParticleStore
+from gravpipe.tree_params import (  # noqa: F401  (re-exported: gravpipe.tree is where users find them)
+    DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats, _check_precision, check_quad_tol,
+    check_tree_params)
 
-__all__ = ["Tree", "TreeStats", "check_tree_params", "paged_forces"]
-
-# The core's defaults (TreeParams in cpp/include/gravpipe/tree.hpp), never restated here.
-_DEFAULTS = _core.defaults()["tree"]
-DEFAULT_N_LEAF: int = _DEFAULTS["n_leaf"]
-DEFAULT_N_CRIT: int = _DEFAULTS["n_crit"]
-# The cheapest opening angle inside the accuracy the treecode promises at its default
-# (Plummer N = 1e6: median |da|/|a| <= 3e-4, 99th percentile <= 1.5e-3; measured 2.3e-4 /
-# 8.5e-4, BENCHMARKS.md); 0.5 halves the errors for ~1.25x the time.
-DEFAULT_THETA: float = _DEFAULTS["theta"]
-DEFAULT_QUAD_TOL: float = _DEFAULTS["quad_tol"]
-
-
-@dataclass(frozen=True)
-class TreeStats:
-    """Work and time of the last force evaluation (sort/build/moments: of the tree build).
-
-    Interactions and MAC tests are totals over all i-particles (``*_per_body``: divided by
-    ``n_i``). ``seconds_walk`` and ``seconds_evaluate`` run interleaved per group in one
-    parallel loop: they are thread-seconds scaled so that they add up to its wall time.
-    """
-
-    n_j: int = 0
-    n_i: int = 0
-    nodes: int = 0
-    leaves: int = 0
-    groups: int = 0
-    pp_interactions: int = 0
-    pc_interactions: int = 0
-    pc_local_interactions: int = 0  # the part of pc delivered by the runs' local expansions
-    mac_tests: int = 0
-    seconds_sort: float = 0.0
-    seconds_build: float = 0.0
-    seconds_moments: float = 0.0
-    seconds_walk: float = 0.0
-    seconds_evaluate: float = 0.0
-    seconds_forces: float = 0.0
-    relative_criterion_used: bool = False
-
-    def _per_body(self, x: int) -> float:
-        return x / self.n_i if self.n_i else 0.0
-
-    @property
-    def pp_per_body(self) -> float:
-        return self._per_body(self.pp_interactions)
-
-    @property
-    def pc_per_body(self) -> float:
-        return self._per_body(self.pc_interactions)
-
-    @property
-    def pc_local_per_body(self) -> float:
-        return self._per_body(self.pc_local_interactions)
-
-    @property
-    def mac_per_body(self) -> float:
-        return self._per_body(self.mac_tests)
-
-    @property
-    def seconds_total(self) -> float:
-        """One full evaluation: sort + build + moments + walk/lists + forces."""
-        return self.seconds_sort + self.seconds_build + self.seconds_moments + self.seconds_forces
-
-    def __str__(self) -> str:
-        rows = [f"{f.name:>24s} {getattr(self, f.name):.6g}" for f in fields(self)]
-        rows += [f"{'pp / body':>24s} {self.pp_per_body:.1f}", f"{'pc / body':>24s} {self.pc_per_body:.1f}",
-                 f"{'  of which local / body':>24s} {self.pc_local_per_body:.1f}",
-                 f"{'MAC tests / body':>24s} {self.mac_per_body:.1f}",
-                 f"{'seconds total':>24s} {self.seconds_total:.4g}"]
-        return "\n".join(rows)
-
-
-def check_quad_tol(quad_tol: float) -> float:
-    """Validate quad_tol: a finite number >= 0 (0: quadrupoles on every accepted cell)."""
-    return check_positive_scalar("quad_tol", quad_tol)
-
-
-def check_tree_params(theta: float, n_leaf: int, n_crit: int, alpha: float | None,
-                      threads: int | None) -> tuple[float, int, int, float, int]:
-    """Validate tree parameters; returns (theta, n_leaf, n_crit, alpha (0: off), threads (0: all))."""
-    theta = check_positive_scalar("theta", theta, allow_zero=False)
-    for name, v in (("n_leaf", n_leaf), ("n_crit", n_crit)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
-    a = 0.0 if alpha is None else check_positive_scalar("alpha", alpha, allow_zero=False)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                or threads < 1):
-        raise ValueError(f"threads: must be a positive integer or None, got {threads!r}")
-    return theta, int(n_leaf), int(n_crit), a, int(threads or 0)
-
-
-def _check_precision(precision: str) -> str:
-    if precision not in ("mixed", "double"):
-        raise ValueError(f"precision: unknown mode {precision!r} (expected 'mixed' or 'double')")
-    return precision
+__all__ = ["Tree", "TreeStats", "check_tree_params"]
 
 
 class Tree:
@@ -175,13 +81,19 @@ class Tree:
         (float64 throughout, the direct pipeline's double mode).
     isa : CPU instruction set of the list kernels, as for a Pipeline ("auto":
         GRAVPIPE_ISA if set, else the best this CPU has); ``.isa`` says which runs.
+    memory_budget, scratch : out of core (both together): the particles go to the pages of a
+        scratch file in ``scratch`` and the tree reads them through a page cache, everything
+        that grows with N within ``memory_budget`` ("4GiB"; gravpipe.ooc). The forces are the
+        in-core ones bit for bit; ``forces(pos_i)`` and ``alpha`` are not available there.
+        ``close()`` (or collection) removes the scratch file.
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
                  theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
-                 precision: str = "mixed", local_expansion: bool = True, isa: str = "auto"):
+                 precision: str = "mixed", local_expansion: bool = True, isa: str = "auto",
+                 memory_budget: str | int | None = None, scratch: str | None = None):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -194,17 +106,47 @@ class Tree:
         if not isinstance(local_expansion, (bool, np.bool_)):
             raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
         self.local_expansion = bool(local_expansion)
+        self._ooc = None
+        if memory_budget is not None or scratch is not None:
+            self._ooc = self._out_of_core(pos_a, mass_a, memory_budget, scratch, a, nthreads, isa)
+            return
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
                                 nthreads, precision, self.local_expansion, resolve_isa(isa))
 
+    def _out_of_core(self, pos, mass, memory_budget, scratch, alpha: float, threads: int, isa: str):
+        from gravpipe.ooc import OutOfCore
+        from gravpipe.particles import Particles
+        if memory_budget is None or scratch is None:
+            raise ValueError("memory_budget and scratch: give both for an out-of-core tree (or neither)")
+        if alpha:
+            raise ValueError("alpha: the relative opening criterion is not available out of core")
+        n = len(mass)
+        blocks = (Particles(pos[b:b + (1 << 18)], np.zeros((min(n - b, 1 << 18), 3)), mass[b:b + (1 << 18)],
+                            np.arange(b, min(n, b + (1 << 18)))) for b in range(0, n, 1 << 18))
+        return OutOfCore.from_blocks(blocks, n, scratch, memory_budget, eps=self.eps, G=self.G, theta=self.theta,
+                                     quadrupole=self.quadrupole, quad_tol=self.quad_tol, n_leaf=self.n_leaf,
+                                     n_crit=self.n_crit, threads=threads or None, precision=self.precision,
+                                     local_expansion=self.local_expansion, isa=isa)
+
+    def close(self) -> None:
+        """Out of core: remove the scratch file (in core: nothing to do)."""
+        if self._ooc is not None:
+            self._ooc.close()
+
+    @property
+    def out_of_core(self):
+        """The :class:`gravpipe.ooc.OutOfCore` behind an out-of-core tree (its store's
+        counters: ``.stats``), or None."""
+        return self._ooc
+
     @property
     def n(self) -> int:
-        return self._impl.n
+        return self._ooc.n if self._ooc is not None else self._impl.n
 
     @property
     def isa(self) -> str:
         """CPU instruction set of the list kernels ("avx512", "avx2" or "generic")."""
-        return self._impl.isa
+        return self._ooc.params["isa"] if self._ooc is not None else self._impl.isa
 
     def __repr__(self) -> str:
         return (f"Tree(n={self.n}, eps={self.eps}, G={self.G}, theta={self.theta}, quadrupole={self.quadrupole}, "
@@ -221,7 +163,14 @@ class Tree:
         Raises ``ValueError`` for bad input and for a non-finite result (a point on a
         particle with eps = 0).
         """
-        if pos_i is None:
+        if self._ooc is not None and pos_i is not None:
+            raise ValueError("pos_i: an out-of-core tree gives self-gravity only (forces())")
+        if pos_i is None and self._ooc is not None:
+            if exclude is not None:
+                raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
+            self._ooc.forces()
+            acc, pot = self._ooc.gather("acc"), self._ooc.gather("pot")
+        elif pos_i is None:
             if exclude is not None:
                 raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
             acc = np.empty((self.n, 3))
@@ -250,39 +199,13 @@ class Tree:
     @property
     def stats(self) -> TreeStats:
         """Counters and timers of the last evaluation (and of the build)."""
+        if self._ooc is not None:
+            if self._ooc.tree_stats is None:
+                raise ValueError("stats: an out-of-core tree is built by its first forces()")
+            return self._ooc.tree_stats
         return TreeStats(**self._impl.stats())
 
 
-
-def paged_forces(store: ParticleStore, eps: float = 0.0, G: float = 1.0, *, theta: float = DEFAULT_THETA,
-                 quadrupole: bool = True, quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
-                 n_crit: int = DEFAULT_N_CRIT, threads: int | None = None, precision: str = "mixed",
-                 local_expansion: bool = True, isa: str = "auto") -> tuple[np.ndarray, np.ndarray, TreeStats]:
-    """Self-gravity of the particles in an out-of-core store, by the treecode reading them
-    from the store's pages (``_core.PagedTree``: Tree's moments, walks, lists and kernels
-    through a paged accessor).
-
-    ``store`` (a :class:`gravpipe.store.ParticleStore`) must hold its particles in curve
-    order, as ``store.from_particles`` writes them. Returns (acc (n,3), pot (n,), stats) in
-    store order: bitwise identical to ``Tree(pos, mass, ...).forces()`` on the same
-    particles (reordered by from_particles' ``order``), parameters and thread count. The
-    curve keys, the cells and one run of groups' particle blocks per thread are charged to
-    the store's memory budget (MemoryBudgetError names the least budget that works); the
-    results are arrays in memory. Parameters as for :class:`Tree` (no ``alpha``: the
-    relative criterion is not available out of core yet).
-    """
-    if not isinstance(store, ParticleStore):
-        raise ValueError(f"store: expected gravpipe.store.ParticleStore, got {type(store).__name__}")
-    eps = check_positive_scalar("eps", eps)
-    G = check_G(G)
-    theta, n_leaf, n_crit, _, nthreads = check_tree_params(theta, n_leaf, n_crit, None, threads)
-    quad_tol = check_quad_tol(quad_tol)
-    if not isinstance(local_expansion, (bool, np.bool_)):
-        raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
-    acc, pot, stats = _core.paged_tree_self_forces(store._core, eps, G, theta, bool(quadrupole), quad_tol, n_leaf,
-                                                   n_crit, nthreads, _check_precision(precision), bool(local_expansion),
-                                                   resolve_isa(isa))
-    return acc, pot, TreeStats(**stats)
 
 class TreeGravity:
     """The treecode as a Simulation's force provider (what ``gravity="tree"`` plugs in).

@@ -1,22 +1,24 @@
 // The particle accessor over the out-of-core store (particle_view.hpp names the contract),
-// so that the tree can read x, y, z, m from pages with the same code that reads arrays.
+// so that the tree reads x, y, z, m from pages with the same code that reads arrays.
 //
-// Choice: block(b, e) copies particles [b, e) out of the pages into memory that this
-// accessor owns and charges to the store's memory budget, and returns a ParticleBlock over
-// that copy. ParticleBlock is four plain pointers (the in-core path stays pointer arithmetic),
-// and a range may straddle pages, so pointers straight into pinned frames would not be
-// contiguous; a copy also releases the pages at once, so a few frames serve any number of
-// live blocks. The copies live until the accessor is destroyed or release() is called: one
-// accessor per force evaluation. A walk that asks for more than the budget allows gets a
-// BudgetError, not an out-of-memory kill.
+// Blocks are leased per thread. A block whose four columns (x, y, z, m) each lie inside one
+// page is served straight from the pinned frames: the thread's lease keeps those pages
+// pinned, so the many small blocks of a run of groups (leaves of nearby cells, mostly on the
+// same few pages) cost a lookup in a short list, not a copy. A block that straddles a page
+// boundary, or that comes when the lease already holds its share of the frames, is copied
+// out of the pages into memory charged to the store's budget. release_thread() unpins and
+// frees the calling thread's lease: the tree calls it after each run of groups and each
+// chunk of leaf moments, so what a thread holds is bounded by one run's blocks, not the walk.
+// The share of frames a lease may pin leaves every other thread, the read-ahead thread and
+// transient pins a free frame, so a pin never waits on a frame that no one will release.
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gravpipe/memory_budget.hpp"
+#include "gravpipe/page_cache.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/particle_view.hpp"
 
@@ -24,38 +26,41 @@ namespace gravpipe {
 
 class PagedParticles {
  public:
-  /// Positions from field `pos` (3 components), masses from `mass`, both float64.
-  explicit PagedParticles(ParticleStore& store, std::string pos = "pos", std::string mass = "mass");
+  /// Positions from field `pos` (3 components), masses from `mass`, both float64. `threads`:
+  /// the OpenMP threads that may ask for blocks at once (0: OpenMP's maximum); blocks are
+  /// leased to omp_get_thread_num().
+  explicit PagedParticles(ParticleStore& store, std::string pos = "pos", std::string mass = "mass",
+                          int threads = 0);
+  ~PagedParticles();
   PagedParticles(const PagedParticles&) = delete;
   PagedParticles& operator=(const PagedParticles&) = delete;
 
   std::size_t size() const { return static_cast<std::size_t>(store_.size()); }
-  /// Particles [b, e), valid until release() or destruction. Safe from many threads.
+  /// Particles [b, e), valid until the calling thread's release_thread(), release() or
+  /// destruction. Safe from many threads (each its own lease).
   ParticleBlock block(std::int64_t b, std::int64_t e) const;
-  /// Free every block handed out (their ParticleBlocks dangle afterwards).
+  /// Unpin and free every block handed to the calling thread.
+  void release_thread() const;
+  /// Free every thread's blocks (no block may be in use: between evaluations).
   void release();
-  /// Free the blocks the calling OpenMP thread asked for: the tree calls it after each run
-  /// of groups, whose blocks live only while the run is evaluated, so the memory held is
-  /// one run's lists per thread, not a whole evaluation's.
-  void release_this_thread() const;
-  /// Bytes held by live blocks (charged to the store's budget).
+  /// Bytes held by copied blocks (charged to the store's budget); pinned frames are the
+  /// cache's and charged there.
   std::uint64_t bytes_held() const;
+  /// Blocks served from pinned frames and blocks copied, since construction.
+  std::uint64_t blocks_pinned() const;
+  std::uint64_t blocks_copied() const;
 
  private:
-  struct Copy {
-    std::unique_ptr<double[]> xyzm;  // x, y, z, m of e - b particles, one after the other
-    Reservation charge;
-    int thread = 0;                  // the OpenMP thread that asked for it
-    std::uint64_t bytes = 0;
-  };
+  struct Lease;
+  Lease& lease() const;
+  ParticleBlock copy_block(Lease& l, std::int64_t b, std::int64_t e) const;
+
   ParticleStore& store_;
   const std::string pos_, mass_;
-  mutable std::mutex mutex_;
-  mutable std::vector<Copy> copies_;
-  mutable std::uint64_t bytes_ = 0;
+  std::int64_t per_page_;
+  std::int64_t column_base_[4];      // first page of the x, y, z, m columns
+  std::size_t max_pinned_pages_;     // per lease: distinct local pages (4 frames each)
+  std::vector<std::unique_ptr<Lease>> leases_;  // one per thread
 };
-
-/// The end of a run of groups in the tree's evaluation (tree_runs.cpp): its blocks go.
-inline void release_run_blocks(const PagedParticles& p) { p.release_this_thread(); }
 
 }  // namespace gravpipe

@@ -1,54 +1,53 @@
-// The treecode over particles in the out-of-core store (particle_store.hpp): the same curve
-// keys, octree, moments, walks, lists and kernels as Tree (tree.hpp), with the particles
-// read through PagedParticles (paged_particles.hpp) instead of arrays in memory. One tree
-// code: compute_moments, GatheredList::gather and evaluate_groups are the templates Tree
-// uses, instantiated for the paged accessor, so the forces are bitwise identical to Tree's
-// for the same particles, parameters and thread count.
+// The treecode out of core (DESIGN.md, "What comes after"; Salmon & Warren, seed 004): the
+// same build, moments, walk, MAC and kernels as the in-core Tree (tree.hpp), with the
+// particles read from the pages of a store through PagedParticles and the results written
+// back to its pages. The store must be in curve order with its sorted keys (store_sort.hpp);
+// then the octree, the groups, the runs and every sum are those of the in-core Tree over the
+// same particles, and so are the forces, bit for bit.
 //
-// What lives in memory, charged to the store's budget: the curve keys (8 bytes per
-// particle), the tree cells (~N / n_leaf of them) and the group list; particle blocks
-// copied out of pages for one run of groups at a time (released when the run ends).
-// Not yet out of core: the keys are sorted in memory (the store must already be in curve
-// order, as gravpipe.store.from_particles writes it), and the results acc, pot are arrays
-// the caller holds.
+// Memory: the sorted keys (8 bytes a particle, during the build only), the cells (their
+// topology, moments and walk copies) and each thread's interaction lists are charged to the
+// store's budget, besides the cache's frames; a budget that cannot hold them stops with a
+// BudgetError naming the least budget that works.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
 #include "gravpipe/memory_budget.hpp"
-#include "gravpipe/paged_particles.hpp"
 #include "gravpipe/particle_store.hpp"
-#include "gravpipe/span.hpp"
 #include "gravpipe/tree.hpp"
 
 namespace gravpipe {
 
 class PagedTree {
  public:
-  /// A tree over the store's particles (fields pos, mass). They must be in the curve order
-  /// of their own bounding cube (InputError otherwise). alpha > 0 is refused (the relative
-  /// criterion needs |a| of a previous step, which is not kept out of core yet).
+  /// Build from the store's "key" (sorted), "pos" and "mass". Throws InputError for bad
+  /// parameters (alpha > 0: the relative criterion needs old accelerations, not kept out of
+  /// core), BudgetError when the cells do not fit.
   PagedTree(ParticleStore& store, const TreeParams& params);
 
-  /// Self-gravity (self excluded), in store order: acc 3n, pot n (pot positive, scaled by G
-  /// as Tree's).
-  void self_forces(Span<double> acc, Span<double> pot);
+  /// Self-gravity of every particle of the store (self excluded) into its fields "acc" and
+  /// "pot" (curve order), as Tree::self_forces computes it.
+  void self_forces();
 
   const TreeStats& stats() const { return stats_; }
-  std::size_t size() const { return particles_.size(); }
+  const TreeNodes& nodes() const { return nodes_; }
+  Isa isa() const { return isa_; }
+  /// Bytes charged for the cells (and, during self_forces, the lists).
+  std::uint64_t cell_bytes() const { return cells_charge_.bytes(); }
+  /// Bytes of the cells of a tree with `nodes` cells, and of the lists of `threads` threads.
+  static std::uint64_t bytes_per_cell();
+  static std::uint64_t list_bytes(std::size_t nodes, int threads);
 
  private:
-  std::vector<std::uint64_t> sorted_keys(int threads);
-
   ParticleStore& store_;
   TreeParams params_;
   int threads_;
   Isa isa_;
-  PagedParticles particles_;
-  Reservation keys_charge_, cells_charge_;
   TreeNodes nodes_;
   std::vector<std::int32_t> groups_;
+  Reservation cells_charge_;
   TreeStats stats_;
 };
 

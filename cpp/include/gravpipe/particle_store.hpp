@@ -75,6 +75,15 @@ class ParticleStore {
   void read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                       double* out);
 
+  /// One component of a field as raw 8-byte elements (float64 or int64), contiguous: the
+  /// external sort permutes columns one at a time (store_sort.hpp).
+  void read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count, void* out);
+  void write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
+                    const void* values);
+  /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
+  /// that lie inside one page straight from its frame while the handle lives.
+  PageHandle pin(std::int64_t page) { return cache_->pin(page, PageCache::Access::Read); }
+
   void flush();      // every dirty page to the file
   void evict_all();  // flush, then empty the cache: the next reads come from the file
 

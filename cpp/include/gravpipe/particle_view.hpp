@@ -5,12 +5,16 @@
 // An accessor is any type with
 //   std::size_t size() const;                                   particles, in curve order
 //   ParticleBlock block(std::int64_t b, std::int64_t e) const;  particles [b, e)
-// where the block stays valid until the force evaluation that asked for it ends and
-// block() may be called from many threads at once. The tree asks for whole cells and
+//   void release_thread() const;      the calling thread is done with its blocks
+// where a block stays valid until the thread that asked for it calls release_thread() (or
+// the evaluation ends), and block() may be called from many threads at once. The tree calls
+// release_thread() where none of the thread's blocks is live any more (after each run of
+// groups, after each chunk of leaf moments), so that an accessor that holds pages or copies
+// for its blocks holds a run's worth, not the whole walk's. The tree asks for whole cells and
 // groups, which are contiguous ranges of the curve order: a leaf's range when it gathers a
 // list or sums moments, a run's range for its sinks. InCoreParticles is the accessor over
 // arrays in memory, where block() is pointer arithmetic, inlined: the in-core tree pays
-// nothing for the indirection. The store's accessor will pin the pages that hold [b, e).
+// nothing for the indirection. The store's accessor (paged_particles.hpp) pins the pages that hold [b, e).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +55,7 @@ class InCoreParticles {
   ParticleBlock block(std::int64_t b, std::int64_t e) const {
     return {x_.data() + b, y_.data() + b, z_.data() + b, m_.data() + b, b, e};
   }
+  void release_thread() const {}  // the arrays outlive every block
 
  private:
   Span<const double> x_, y_, z_, m_;

@@ -1,64 +1,126 @@
-// PagedParticles: blocks copied out of the store's pages into budget-charged memory.
+// PagedParticles: blocks served from pinned frames or copied, leased per thread.
 #include "gravpipe/paged_particles.hpp"
 
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <utility>
 
 #include "gravpipe/error.hpp"
 
 namespace gravpipe {
 
-PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass)
-    : store_(store), pos_(std::move(pos)), mass_(std::move(mass)) {
-  if (store_.field(pos_).components != 3) throw InputError("PagedParticles: field '" + pos_ + "' is not a 3-vector");
-  if (store_.field(mass_).components != 1) throw InputError("PagedParticles: field '" + mass_ + "' is not a scalar");
+/// One thread's blocks: the pages it holds pinned (by local page index, the same in every
+/// column) and its copies.
+struct PagedParticles::Lease {
+  struct Pinned {
+    std::int64_t local;
+    std::vector<PageHandle> columns;  // x, y, z, m
+  };
+  struct Copy {
+    std::unique_ptr<double[]> xyzm;  // x, y, z, m of e - b particles, one after the other
+    Reservation charge;
+  };
+  std::vector<Pinned> pinned;
+  std::vector<Copy> copies;
+  std::uint64_t bytes = 0, n_pinned = 0, n_copied = 0;
+  void clear() {
+    pinned.clear();
+    copies.clear();
+    bytes = 0;
+  }
+};
+
+PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads)
+    : store_(store), pos_(std::move(pos)), mass_(std::move(mass)), per_page_(store.particles_per_page()) {
+  if (store_.field(pos_).components != 3 || store_.field(pos_).type != FieldType::F64)
+    throw InputError("PagedParticles: field '" + pos_ + "' is not a float64 3-vector");
+  if (store_.field(mass_).components != 1 || store_.field(mass_).type != FieldType::F64)
+    throw InputError("PagedParticles: field '" + mass_ + "' is not a float64 scalar");
+  for (int c = 0; c < 3; ++c) column_base_[c] = store_.page_of(pos_, c, 0);
+  column_base_[3] = store_.page_of(mass_, 0, 0);
+  const int t = std::max({threads, omp_get_max_threads(), 1});
+  // frames a lease may pin: every lease at its limit still leaves one frame per thread for
+  // the transient pins of copies and writes, and two for read-ahead and eviction
+  const std::int64_t spare = store_.frames() - 2 - t;
+  max_pinned_pages_ = spare > 0 ? static_cast<std::size_t>(spare / t / 4) : 0;
+  for (int k = 0; k < t; ++k) leases_.push_back(std::make_unique<Lease>());
+}
+
+PagedParticles::~PagedParticles() = default;
+
+PagedParticles::Lease& PagedParticles::lease() const {
+  const auto t = static_cast<std::size_t>(omp_get_thread_num());
+  if (t >= leases_.size())
+    throw InputError("PagedParticles: thread " + std::to_string(t) + " asks for a block, but the accessor was made for " +
+                     std::to_string(leases_.size()) + " threads");
+  return *leases_[t];
+}
+
+ParticleBlock PagedParticles::copy_block(Lease& l, std::int64_t b, std::int64_t e) const {
+  const std::int64_t n = e - b;
+  const auto bytes = static_cast<std::uint64_t>(4 * n) * sizeof(double);
+  Lease::Copy copy{std::make_unique<double[]>(static_cast<std::size_t>(4 * n)),
+                   store_.budget().reserve(bytes, "a particle block of " + std::to_string(n) + " particles")};
+  double* p = copy.xyzm.get();
+  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n);
+  store_.read_component(mass_, 0, b, n, p + 3 * n);
+  l.copies.push_back(std::move(copy));
+  l.bytes += bytes;
+  ++l.n_copied;
+  return {p, p + n, p + 2 * n, p + 3 * n, b, e};  // the heap block does not move with the vector
 }
 
 ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
   if (b < 0 || e < b || e > store_.size())
     throw InputError("PagedParticles: block [" + std::to_string(b) + ", " + std::to_string(e) + ") outside [0, " +
                      std::to_string(store_.size()) + ")");
-  const std::int64_t n = e - b;
-  const auto bytes = static_cast<std::uint64_t>(4 * n) * sizeof(double);
-  Copy copy{std::make_unique<double[]>(static_cast<std::size_t>(4 * n)),
-            store_.budget().reserve(bytes, "a particle block of " + std::to_string(n) + " particles"),
-            omp_get_thread_num(), bytes};
-  double* p = copy.xyzm.get();
-  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n);
-  store_.read_component(mass_, 0, b, n, p + 3 * n);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    copies_.push_back(std::move(copy));
-    bytes_ += bytes;
+  Lease& l = lease();
+  const std::int64_t local = b / per_page_;
+  if (e == b || (e - 1) / per_page_ != local) return copy_block(l, b, e);
+  const Lease::Pinned* held = nullptr;
+  for (const Lease::Pinned& p : l.pinned)
+    if (p.local == local) {
+      held = &p;
+      break;
+    }
+  if (!held) {
+    if (l.pinned.size() >= max_pinned_pages_) return copy_block(l, b, e);
+    Lease::Pinned p{local, {}};
+    p.columns.reserve(4);
+    for (const std::int64_t base : column_base_) p.columns.push_back(store_.pin(base + local));
+    l.pinned.push_back(std::move(p));
+    held = &l.pinned.back();
   }
-  return {p, p + n, p + 2 * n, p + 3 * n, b, e};  // the heap block does not move with the vector
+  ++l.n_pinned;
+  const std::int64_t at = b - local * per_page_;
+  const auto ptr = [&](int c) { return reinterpret_cast<const double*>(held->columns[c].data()) + at; };
+  return {ptr(0), ptr(1), ptr(2), ptr(3), b, e};
 }
+
+void PagedParticles::release_thread() const { lease().clear(); }
 
 void PagedParticles::release() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  copies_.clear();
-  bytes_ = 0;
-}
-
-void PagedParticles::release_this_thread() const {
-  const int me = omp_get_thread_num();
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::size_t kept = 0;
-  for (std::size_t k = 0; k < copies_.size(); ++k) {
-    if (copies_[k].thread == me) {
-      bytes_ -= copies_[k].bytes;
-    } else {
-      if (kept != k) copies_[kept] = std::move(copies_[k]);
-      ++kept;
-    }
-  }
-  copies_.resize(kept);  // the released copies' memory and budget go with them
+  for (auto& l : leases_) l->clear();
 }
 
 std::uint64_t PagedParticles::bytes_held() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return bytes_;
+  std::uint64_t s = 0;
+  for (const auto& l : leases_) s += l->bytes;
+  return s;
+}
+
+std::uint64_t PagedParticles::blocks_pinned() const {
+  std::uint64_t s = 0;
+  for (const auto& l : leases_) s += l->n_pinned;
+  return s;
+}
+
+std::uint64_t PagedParticles::blocks_copied() const {
+  std::uint64_t s = 0;
+  for (const auto& l : leases_) s += l->n_copied;
+  return s;
 }
 
 }  // namespace gravpipe

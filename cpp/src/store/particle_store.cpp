@@ -202,6 +202,25 @@ void ParticleStore::read_component(const std::string& field, int component, std:
   copy_column<false>(col + component, begin, count, reinterpret_cast<unsigned char*>(out), 1);
 }
 
+void ParticleStore::read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
+                                void* out) {
+  const std::int64_t col = first_column(field);
+  if (component < 0 || component >= this->field(field).components)
+    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
+  check_range(field, begin, count);
+  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1);
+}
+
+void ParticleStore::write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
+                                 const void* values) {
+  const std::int64_t col = first_column(field);
+  if (component < 0 || component >= this->field(field).components)
+    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
+  check_range(field, begin, count);
+  auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
+  copy_column<true>(col + component, begin, count, bytes, 1);
+}
+
 void ParticleStore::flush() { cache_->flush(); }
 
 void ParticleStore::evict_all() {

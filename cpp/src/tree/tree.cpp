@@ -174,8 +174,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
                       Span<double> acc, Span<double> pot) {
   const auto t_start = Clock::now();
   const InCoreParticles sources = particles();
-  const GroupEvaluation<InCoreParticles, InCoreParticles> e{nodes_, params_, isa_, sources, sinks,
-                                                            i_exclude, i_caller, acc, pot};
+  const CallerResults results{i_caller, acc, pot};
+  const GroupEvaluation<InCoreParticles, InCoreParticles> e{nodes_, params_, isa_, sources, sinks, i_exclude, results};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }

@@ -86,9 +86,8 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const Pa
 template void GatheredList::gather<InCoreParticles>(const InteractionList&, const TreeNodes&,
                                                    const InCoreParticles&, bool, std::int64_t, std::int64_t,
                                                    Precision, const double[3]);
-template void GatheredList::gather<PagedParticles>(const InteractionList&, const TreeNodes&,
-                                                  const PagedParticles&, bool, std::int64_t, std::int64_t,
-                                                  Precision, const double[3]);
+template void GatheredList::gather<PagedParticles>(const InteractionList&, const TreeNodes&, const PagedParticles&,
+                                                  bool, std::int64_t, std::int64_t, Precision, const double[3]);
 
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);

@@ -4,6 +4,9 @@
 // their children by the parallel-axis theorem).
 #include <algorithm>
 #include <cmath>
+#include <exception>
+
+#include "gravpipe/paged_particles.hpp"
 
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
@@ -99,26 +102,42 @@ void cell_from_children(TreeNodes& t, std::size_t c, double theta) {
   set_opening_radius(t, c, theta);
 }
 
+/// Leaves and cells of one level in chunks of this many: a thread releases the blocks of
+/// its chunk's leaves (release_thread) before it takes the next.
+constexpr std::int64_t kMomentChunk = 64;
+
 template <class Particles>
 void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad_tol, int threads) {
   resize_moments(t);
   const auto n = static_cast<std::int64_t>(t.count());
+  std::exception_ptr error;  // the first failure (a page that fails its checksum): rethrown here
   std::int64_t hi = n;
-  while (hi > 0) {
+  while (hi > 0 && !error) {
     // [lo, hi): the cells of the deepest level not yet done (breadth-first order)
     std::int64_t lo = hi - 1;
     while (lo > 0 && t.level[lo - 1] == t.level[hi - 1]) --lo;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64) if (hi - lo > 256)
-    for (std::int64_t c = lo; c < hi; ++c) {
-      if (t.is_leaf(c)) {
-        leaf_moments(t, c, p.block(t.begin[c], t.end[c]));
-        set_opening_radius(t, c, theta);
-      } else {
-        cell_from_children(t, c, theta);
+    const std::int64_t chunks = (hi - lo + kMomentChunk - 1) / kMomentChunk;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (hi - lo > 256)
+    for (std::int64_t q = 0; q < chunks; ++q) {
+      try {
+        const std::int64_t c1 = std::min(hi, lo + (q + 1) * kMomentChunk);
+        for (std::int64_t c = lo + q * kMomentChunk; c < c1; ++c) {
+          if (t.is_leaf(c)) {
+            leaf_moments(t, c, p.block(t.begin[c], t.end[c]));
+            set_opening_radius(t, c, theta);
+          } else {
+            cell_from_children(t, c, theta);
+          }
+        }
+      } catch (...) {
+#pragma omp critical(gravpipe_moments_error)
+        if (!error) error = std::current_exception();
       }
+      p.release_thread();
     }
     hi = lo;
   }
+  if (error) std::rethrow_exception(error);
   fill_walk_cells(t, theta, quad_tol, threads);
 }
 

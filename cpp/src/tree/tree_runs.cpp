@@ -6,15 +6,17 @@
 // leaf of sources.
 #include "tree_runs.hpp"
 
-#include "gravpipe/paged_particles.hpp"
-
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <utility>
 
 #include "gravpipe/stopwatch.hpp"
+#include "gravpipe/paged_particles.hpp"
+#include "store_results.hpp"
 #include "tree_local.hpp"
 
 namespace gravpipe {
@@ -111,8 +113,8 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 /// them, padded to the ISA's tree_i_pad: float64 coordinates (double) or float32 ones relative to
 /// `centre` (mixed). Padding lanes repeat the first sink and exclude nothing; their sums are
 /// dropped.
-void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_t> i_exclude, const Group& g,
-               bool mixed, const double centre[3], Isa isa) {
+void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_t> i_exclude, bool exclude_self,
+               const Group& g, bool mixed, const double centre[3], Isa isa) {
   const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
   const std::size_t padded = padded_count(n, isa);
   s.exclude.resize(padded);
@@ -127,14 +129,14 @@ void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_
     } else {
       s.x[q] = sinks.x(i), s.y[q] = sinks.y(i), s.z[q] = sinks.z(i);
     }
-    s.exclude[q] = q < n ? i_exclude[i] : -1;
+    s.exclude[q] = q >= n ? -1 : exclude_self ? i : i_exclude[i];
   }
 }
 
 /// Move the shared cells beyond kLocalRadii run radii from the run's centre into w.local
 /// (reset about that centre); they leave w.shared. Returns how many moved.
-template <class Sources, class Sinks>
-std::size_t expand_shared(const GroupEvaluation<Sources, Sinks>& e, const Group& run, const double centre[3],
+template <class Sources, class Sinks, class Results>
+std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, const double centre[3],
                           GroupScratch& w) {
   InteractionList& l = w.shared;
   const std::size_t before = l.n_near + l.n_far;
@@ -152,8 +154,8 @@ std::size_t expand_shared(const GroupEvaluation<Sources, Sinks>& e, const Group&
 /// its particles, into w.run_sinks (the far ones through the local expansion, the others
 /// gathered once, relative to the run's centre: they are all beyond their opening radius
 /// from its box). `sinks` holds the run's i-particles.
-template <class Sources, class Sinks>
-void evaluate_shared(const GroupEvaluation<Sources, Sinks>& e, const Group& run, Span<const Group> members,
+template <class Sources, class Sinks, class Results>
+void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, Span<const Group> members,
                      const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
   const double eps2 = e.params.eps * e.params.eps;
@@ -167,7 +169,7 @@ void evaluate_shared(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
   const std::size_t n_shared = w.shared.n_near + w.shared.n_far;
   const std::size_t n_expanded = expand_shared(e, run, centre, w);
   w.shared_gathered.gather(w.shared, e.nodes, e.sources, e.params.quadrupole, 0, 0, e.params.precision, centre);
-  set_sinks(w.run_sinks, sinks, e.i_exclude, run, e.params.precision == Precision::Mixed, centre, e.isa);
+  set_sinks(w.run_sinks, sinks, e.i_exclude, e.exclude_self, run, e.params.precision == Precision::Mixed, centre, e.isa);
   evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n, e.isa), eps2, e.isa);
   GroupSinks& rs = w.run_sinks;
   if (n_expanded > 0)
@@ -184,8 +186,8 @@ void evaluate_shared(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
 
 /// The part of member group g: walk on from the run's frontier, evaluate its own list, add
 /// the run's shared sums (w.run_sinks) and write the caller-ordered results.
-template <class Sources, class Sinks>
-void evaluate_member(const GroupEvaluation<Sources, Sinks>& e, const Group& run, const Group& g,
+template <class Sources, class Sinks, class Results>
+void evaluate_member(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, const Group& g,
                      const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
   const double eps2 = e.params.eps * e.params.eps, G = e.params.G;
@@ -196,18 +198,16 @@ void evaluate_member(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
   centre_of(g, centre);
   w.gathered.gather(w.list, e.nodes, e.sources, e.params.quadrupole, g.ex_begin, g.ex_end, e.params.precision, centre);
   const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
-  set_sinks(w.sinks, sinks, e.i_exclude, g, e.params.precision == Precision::Mixed, centre, e.isa);
+  set_sinks(w.sinks, sinks, e.i_exclude, e.exclude_self, g, e.params.precision == Precision::Mixed, centre, e.isa);
   evaluate_group(w.gathered, w.sinks, padded_count(n, e.isa), eps2, e.isa);
   const GroupSinks &s = w.sinks, &rs = w.run_sinks;
   const auto at = static_cast<std::size_t>(g.i_begin - run.i_begin);
-  for (std::size_t q = 0; q < n; ++q) {
-    const std::int64_t o = e.i_caller[g.i_begin + q];
-    e.acc[3 * o] = G * (s.ax[q] + rs.ax[at + q]), e.acc[3 * o + 1] = G * (s.ay[q] + rs.ay[at + q]);
-    e.acc[3 * o + 2] = G * (s.az[q] + rs.az[at + q]), e.pot[o] = -G * (s.pot[q] + rs.pot[at + q]);
-  }
-  if (!e.cost.empty()) {
+  for (std::size_t q = 0; q < n; ++q)
+    e.results.put(g.i_begin + static_cast<std::int64_t>(q), G * (s.ax[q] + rs.ax[at + q]),
+                  G * (s.ay[q] + rs.ay[at + q]), G * (s.az[q] + rs.az[at + q]), -G * (s.pot[q] + rs.pot[at + q]));
+  if (e.results.wants_cost()) {
     const auto terms = static_cast<std::int64_t>(w.run_terms + w.gathered.n_particles() + w.gathered.n_cells());
-    for (std::size_t q = 0; q < n; ++q) e.cost[e.i_caller[g.i_begin + q]] = terms;
+    for (std::size_t q = 0; q < n; ++q) e.results.put_cost(g.i_begin + static_cast<std::int64_t>(q), terms);
   }
   work.pruned_opened += w.list.pruned_opened;
   work.pp += n * w.gathered.n_particles();
@@ -218,13 +218,18 @@ void evaluate_member(const GroupEvaluation<Sources, Sinks>& e, const Group& run,
 }
 
 /// Groups [first, last): the shared part once, then each member's own.
-template <class Sources, class Sinks>
-void evaluate_run(const GroupEvaluation<Sources, Sinks>& e, Span<const Group> members, GroupScratch& w,
+template <class Sources, class Sinks, class Results>
+void evaluate_run(const GroupEvaluation<Sources, Sinks, Results>& e, Span<const Group> members, GroupScratch& w,
                   GroupWork& work) {
   const Group run = run_group(members);
+  e.results.begin_run(run);
   const ParticleBlock sinks = e.sinks.block(run.i_begin, run.i_end);
   evaluate_shared(e, run, members, sinks, w, work);
   for (const Group& g : members) evaluate_member(e, run, g, sinks, w, work);
+  e.results.end_run(run);
+  // no block of this run is live any more: a paged accessor unpins and frees them here
+  e.sources.release_thread();
+  e.sinks.release_thread();
 }
 
 }  // namespace
@@ -235,33 +240,46 @@ GroupWork& GroupWork::operator+=(const GroupWork& o) {
   return *this;
 }
 
-template <class Sources, class Sinks>
-GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::vector<Group>& groups, int threads) {
+template <class Sources, class Sinks, class Results>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, const std::vector<Group>& groups,
+                          int threads) {
   const auto runs = make_runs(groups);
   const auto nr = static_cast<std::int64_t>(runs.size());
+  // chunks of consecutive runs: a thread's next run is the curve's next, on pages near its
+  // last; ~32 chunks per thread keep the threads' ends balanced. Results do not depend on
+  // the schedule: each run is one thread's, summed in a fixed order.
+  const std::int64_t chunk = std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
   GroupWork total;
+  std::exception_ptr error;  // the first failure (a page that fails its checksum): rethrown here
+  std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(threads)
   {
     GroupScratch w;
     GroupWork mine;
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(dynamic, chunk)
     for (std::int64_t r = 0; r < nr; ++r) {
-      const auto [first, last] = runs[r];
-      evaluate_run(e, {&groups[first], last - first}, w, mine);
-      // the run's lists are gathered and evaluated: paged blocks it read can go
-      release_run_blocks(e.sources);
-      release_run_blocks(e.sinks);
+      if (failed.load(std::memory_order_relaxed)) continue;
+      try {
+        const auto [first, last] = runs[r];
+        evaluate_run(e, {&groups[first], last - first}, w, mine);
+      } catch (...) {
+        e.sources.release_thread();
+        e.sinks.release_thread();
+#pragma omp critical(gravpipe_group_error)
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
     }
 #pragma omp critical(gravpipe_group_work)
     total += mine;  // counts are exact in any order; only the timers' sums vary
   }
+  if (error) std::rethrow_exception(error);
   return total;
 }
 
-template GroupWork evaluate_groups<InCoreParticles, InCoreParticles>(
-    const GroupEvaluation<InCoreParticles, InCoreParticles>&, const std::vector<Group>&, int);
-
-template GroupWork evaluate_groups<PagedParticles, PagedParticles>(
-    const GroupEvaluation<PagedParticles, PagedParticles>&, const std::vector<Group>&, int);
+template GroupWork evaluate_groups<InCoreParticles, InCoreParticles, CallerResults>(
+    const GroupEvaluation<InCoreParticles, InCoreParticles, CallerResults>&, const std::vector<Group>&, int);
+template GroupWork evaluate_groups<PagedParticles, PagedParticles, StoreResults>(
+    const GroupEvaluation<PagedParticles, PagedParticles, StoreResults>&, const std::vector<Group>&, int);
 
 }  // namespace gravpipe

@@ -10,9 +10,31 @@
 
 namespace gravpipe {
 
+/// Where an evaluation puts its results: arrays in the caller's order. Any other results
+/// type (store_results.hpp: pages of the store) has the same four members.
+struct CallerResults {
+  Span<const std::int64_t> i_caller;  // i order -> caller's index
+  Span<double> acc, pot;              // results, caller's order (3 n_i, n_i)
+  /// optional (empty: not written): each i-particle's interactions (particle and cell
+  /// terms, its run's shared ones included), caller's order: the cost that balances
+  /// MPI domains (gravpipe/parallel/domain.py)
+  Span<std::int64_t> cost = {};
+
+  /// A run of groups over i-particles [run.i_begin, run.i_end) starts / ends on this thread.
+  void begin_run(const Group&) const {}
+  void end_run(const Group&) const {}
+  /// Results of i-particle i (i order).
+  void put(std::int64_t i, double ax, double ay, double az, double pot_i) const {
+    const std::int64_t o = i_caller[i];
+    acc[3 * o] = ax, acc[3 * o + 1] = ay, acc[3 * o + 2] = az, pot[o] = pot_i;
+  }
+  bool wants_cost() const { return !cost.empty(); }
+  void put_cost(std::int64_t i, std::int64_t terms) const { cost[i_caller[i]] = terms; }
+};
+
 /// What one evaluation reads and writes. Particles on both sides come through accessors
 /// (particle_view.hpp): Sources in curve order, Sinks in i order (groups are ranges of it).
-template <class Sources, class Sinks>
+template <class Sources, class Sinks, class Results = CallerResults>
 struct GroupEvaluation {
   const TreeNodes& nodes;
   const TreeParams& params;
@@ -20,12 +42,10 @@ struct GroupEvaluation {
   const Sources& sources;
   const Sinks& sinks;
   Span<const std::int64_t> i_exclude;  // per i: the sorted j index to leave out, or -1
-  Span<const std::int64_t> i_caller;   // i order -> caller's index
-  Span<double> acc, pot;               // results, caller's order (3 n_i, n_i)
-  /// optional (empty: not written): each i-particle's interactions (particle and cell
-  /// terms, its run's shared ones included), caller's order: the cost that balances
-  /// MPI domains (gravpipe/parallel/domain.py)
-  Span<std::int64_t> cost = {};
+  const Results& results;
+  /// true: i-particle i leaves out source i (self-gravity over the sources themselves) and
+  /// i_exclude may be empty, which spares the out-of-core tree an array of N indices
+  bool exclude_self = false;
 };
 
 /// The work of an evaluation, as TreeStats counts it. Seconds are thread-seconds.
@@ -38,9 +58,13 @@ struct GroupWork {
 
 /// Forces on every group's i-particles, OpenMP over runs of consecutive groups. A run's
 /// sums are computed by one thread in a fixed order, so results are bitwise identical for
-/// any thread count. Instantiated for InCoreParticles on both sides.
-template <class Sources, class Sinks>
-GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks>& e, const std::vector<Group>& groups, int threads);
+/// any thread count and any accessor. Each thread takes contiguous chunks of runs (curve
+/// order), so that the pages its lists touch stay near each other; after each run it
+/// releases its blocks (release_thread). Instantiated for InCoreParticles on both sides
+/// with CallerResults, and for PagedParticles with StoreResults (paged_tree.cpp).
+template <class Sources, class Sinks, class Results>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, const std::vector<Group>& groups,
+                          int threads);
 
 /// Self-gravity groups: the group cells, each its own excluded range (every particle
 /// leaves itself out), with the smallest old |a| when a_old (curve order) is given (tree.cpp).

@@ -1,0 +1,55 @@
+// The external sort of an out-of-core store by curve key (Salmon & Warren, seed 004: the
+// particles' pages in curve order are what make the treecode's page access local).
+//
+// The store holds each carried field F twice: F, the particles as the run uses them, and its
+// twin "F~", scratch for the sort. The sort
+//   1. reads the positions block by block for their bounding cube (the in-core frame,
+//      curve_order.hpp: min and max are exact, so block by block gives the same cube);
+//   2. cuts the particles into runs that fit the sort buffer, sorts each run in memory by
+//      (key, index) and writes every carried field, permuted, to the twins (the field
+//      "index", the particle's position in the caller's order, breaks ties exactly as the
+//      in-core stable sort does, so the order is the in-core order bit for bit);
+//   3. merges the runs' keys and indices (a heap over the run heads), writing "key" and
+//      "index" in curve order and remembering which run each output particle came from
+//      (2 bytes a particle);
+//   4. permutes the other carried fields column by column: each output chunk takes a
+//      contiguous slice of every run, so every read and write is sequential in its column.
+// One run (the buffer holds every particle) skips the twins: the run is written in place.
+// The sort buffer and the run sources are charged to the store's budget.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gravpipe/curve_order.hpp"
+#include "gravpipe/particle_store.hpp"
+
+namespace gravpipe {
+
+/// The twin of a carried field, where the sort keeps its runs.
+inline std::string sort_twin(const std::string& field) { return field + "~"; }
+
+struct StoreSortConfig {
+  /// Fields permuted into curve order besides "key" and "index" (each needs its twin).
+  std::vector<std::string> carried = {"pos", "vel", "mass", "id"};
+  std::uint64_t buffer_bytes = std::uint64_t{64} << 20;  // runs and merge buffers
+  int threads = 1;
+};
+
+struct StoreSortStats {
+  CurveBox frame;
+  std::int64_t runs = 0, run_particles = 0;
+  double seconds_bounds = 0, seconds_runs = 0, seconds_merge = 0, seconds_permute = 0;
+  double seconds() const { return seconds_bounds + seconds_runs + seconds_merge + seconds_permute; }
+};
+
+/// The least sort buffer (bytes) that sorts n particles in at most 65535 runs.
+std::uint64_t least_sort_buffer(std::int64_t n);
+
+/// Sort every particle of the store into curve order (within their bounding cube): fields
+/// "pos" (3 x f64), "index" (i64, distinct: the caller's order), "key" (i64, written) and
+/// the carried fields, each with its twin. Throws BudgetError (naming the least budget)
+/// when the buffer or the budget is too small, InputError for a missing field.
+StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& config);
+
+}  // namespace gravpipe

@@ -1,0 +1,220 @@
+// The external sort of a store by curve key (store_sort.hpp).
+#include "gravpipe/store_sort.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <tuple>
+#include <utility>
+
+#include "gravpipe/error.hpp"
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/stopwatch.hpp"
+
+namespace gravpipe {
+
+namespace {
+
+// Bytes per particle of a run in memory: positions (24), keys and their order, twice in the
+// radix sort (32), one column in and out (16); 72, rounded to what the budget plans.
+constexpr std::uint64_t kRunBytesPerParticle = 72;
+constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
+constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
+
+void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
+  if (s.field("pos").components != 3 || s.field("pos").type != FieldType::F64)
+    throw InputError("store sort: field 'pos' must be a float64 3-vector");
+  for (const char* f : {"index", "key"})
+    if (s.field(f).components != 1 || s.field(f).type != FieldType::I64)
+      throw InputError(std::string("store sort: field '") + f + "' must be an int64 scalar");
+  if (!twins) return;
+  for (const std::string& f : c.carried) {
+    const FieldSpec& a = s.field(f);
+    const FieldSpec& b = s.field(sort_twin(f));  // throws naming the fields when missing
+    if (a.components != b.components || a.type != b.type)
+      throw InputError("store sort: field '" + sort_twin(f) + "' differs in shape from '" + f + "'");
+  }
+  for (const char* f : {"index", "key"}) s.field(sort_twin(f));
+}
+
+/// The bounding cube of every position, read block by block.
+CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf, int threads) {
+  double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  for (std::int64_t b = 0; b < s.size(); b += block) {
+    const std::int64_t n = std::min(block, s.size() - b);
+    s.read("pos", b, n, buf.data());
+    // min and max are exact, so blocks give the in-core bounding_cube's box bit for bit
+    (void)threads;
+    for (std::int64_t k = 0; k < n; ++k)
+      for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], buf[3 * k + a]), hi[a] = std::max(hi[a], buf[3 * k + a]);
+  }
+  return curve_box(lo, hi);
+}
+
+/// Sort particles [b, b + n) by (key, index) and write every carried field, key and index
+/// permuted to the fields named by `to` (the twins, or the fields themselves for one run).
+void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, std::int64_t b, std::int64_t n,
+              bool to_twin, std::vector<double>& pos, std::vector<std::int64_t>& local, std::vector<std::int64_t>& in,
+              std::vector<std::int64_t>& out) {
+  s.read("pos", b, n, pos.data());
+  std::vector<std::uint64_t> keys = curve_keys({pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
+  s.read_column("index", 0, b, n, in.data());
+  // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
+  // caller (index) order, which the store order need not be after a drift
+  local.resize(static_cast<std::size_t>(n));
+  std::iota(local.begin(), local.end(), std::int64_t{0});
+  sort_by_key(keys, local, c.threads);
+  for (std::int64_t k = 0; k < n;) {
+    std::int64_t e = k + 1;
+    while (e < n && keys[e] == keys[k]) ++e;
+    if (e - k > 1)
+      std::sort(local.begin() + k, local.begin() + e, [&](std::int64_t u, std::int64_t v) { return in[u] < in[v]; });
+    k = e;
+  }
+  const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
+  for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
+  s.write_column(name("key"), 0, b, n, out.data());
+  for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
+  s.write_column(name("index"), 0, b, n, out.data());
+  for (const std::string& f : c.carried)
+    for (int comp = 0; comp < s.field(f).components; ++comp) {
+      s.read_column(f, comp, b, n, in.data());
+      for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
+      s.write_column(name(f), comp, b, n, out.data());
+    }
+}
+
+/// One run's head in the merge: a buffer of its next keys and indices.
+struct RunHead {
+  std::int64_t next = 0, end = 0;         // the run's unread particles [next, end) in the twins
+  std::vector<std::int64_t> key, index;   // buffered from buf_at
+  std::int64_t buf_at = 0, buf_n = 0;
+};
+
+void refill(ParticleStore& s, RunHead& h, std::int64_t size) {
+  h.buf_at = h.next;
+  h.buf_n = std::min(size, h.end - h.next);
+  s.read_column(sort_twin("key"), 0, h.buf_at, h.buf_n, h.key.data());
+  s.read_column(sort_twin("index"), 0, h.buf_at, h.buf_n, h.index.data());
+}
+
+/// Merge the runs' (key, index): "key" and "index" in curve order, and the run of each
+/// output particle in `from`.
+void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from) {
+  using Top = std::tuple<std::uint64_t, std::int64_t, std::uint16_t>;  // key, index, run
+  std::priority_queue<Top, std::vector<Top>, std::greater<Top>> heap;
+  auto push = [&](std::size_t r) {
+    RunHead& h = heads[r];
+    if (h.next >= h.end) return;
+    if (h.next >= h.buf_at + h.buf_n) refill(s, h, head_size);
+    const std::int64_t q = h.next - h.buf_at;
+    heap.emplace(static_cast<std::uint64_t>(h.key[q]), h.index[q], static_cast<std::uint16_t>(r));
+  };
+  for (std::size_t r = 0; r < heads.size(); ++r) push(r);
+  std::vector<std::int64_t> key(kChunk), index(kChunk);
+  const std::int64_t n = s.size();
+  for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - k0);
+    for (std::int64_t k = 0; k < m; ++k) {
+      const auto [kk, ii, r] = heap.top();
+      heap.pop();
+      key[k] = static_cast<std::int64_t>(kk), index[k] = ii, from[k0 + k] = r;
+      ++heads[r].next;
+      push(r);
+    }
+    s.write_column("key", 0, k0, m, key.data());
+    s.write_column("index", 0, k0, m, index.data());
+  }
+}
+
+/// Every carried field, column by column, from the runs (twins) into curve order.
+void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
+                    const std::vector<std::uint16_t>& from) {
+  const std::int64_t n = s.size();
+  const std::size_t k_runs = run_begin.size();
+  std::vector<std::int64_t> out(kChunk), slices(kChunk), cursor(k_runs), count(k_runs), at(k_runs);
+  for (const std::string& f : c.carried)
+    for (int comp = 0; comp < s.field(f).components; ++comp) {
+      std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
+      for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
+        const std::int64_t m = std::min(kChunk, n - k0);
+        std::fill(count.begin(), count.end(), 0);
+        for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
+        std::int64_t off = 0;
+        for (std::size_t r = 0; r < k_runs; ++r) {
+          at[r] = off;
+          if (count[r] > 0) s.read_column(sort_twin(f), comp, cursor[r], count[r], slices.data() + off);
+          off += count[r], cursor[r] += count[r];
+        }
+        for (std::int64_t k = 0; k < m; ++k) out[k] = slices[at[from[k0 + k]]++];
+        s.write_column(f, comp, k0, m, out.data());
+      }
+    }
+}
+
+}  // namespace
+
+std::uint64_t least_sort_buffer(std::int64_t n) {
+  const std::int64_t run = (n + kMaxRuns - 1) / kMaxRuns;
+  // at least runs of 1024 particles: shorter ones cost more in calls than they save
+  return std::max<std::uint64_t>(static_cast<std::uint64_t>(run), 1024) * kRunBytesPerParticle;
+}
+
+StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
+  const std::int64_t n = s.size();
+  StoreSortStats st;
+  const std::uint64_t least = least_sort_buffer(n);
+  if (c.buffer_bytes < least)
+    throw BudgetError("store sort: a buffer of " + format_bytes(c.buffer_bytes) + " sorts " + std::to_string(n) +
+                          " particles in more than " + std::to_string(kMaxRuns) + " runs; the least buffer is " +
+                          format_bytes(least),
+                      c.buffer_bytes, least);
+  std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(c.buffer_bytes / kRunBytesPerParticle));
+  // runs start on page boundaries, so the merge reads each page of a run once
+  if (run < n && run > s.particles_per_page()) run -= run % s.particles_per_page();
+  const std::int64_t k_runs = (n + run - 1) / run;
+  check_fields(s, c, k_runs > 1);
+  const Reservation buffers = s.budget().reserve(c.buffer_bytes, "the sort buffer");
+  st.runs = k_runs, st.run_particles = run;
+
+  auto t0 = Clock::now();
+  std::vector<double> pos(static_cast<std::size_t>(3 * run));
+  st.frame = store_bounds(s, run, pos, c.threads);
+  st.seconds_bounds = seconds_since(t0);
+
+  t0 = Clock::now();
+  {
+    std::vector<std::int64_t> local, in(static_cast<std::size_t>(run)), out(static_cast<std::size_t>(run));
+    for (std::int64_t b = 0; b < n; b += run)
+      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, pos, local, in, out);
+  }
+  pos = {};
+  st.seconds_runs = seconds_since(t0);
+  if (k_runs == 1) return st;
+
+  t0 = Clock::now();
+  const Reservation sources = s.budget().reserve(static_cast<std::uint64_t>(n) * sizeof(std::uint16_t),
+                                                 "the sort's run sources (2 bytes a particle)");
+  std::vector<std::uint16_t> from(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> run_begin(static_cast<std::size_t>(k_runs));
+  std::vector<RunHead> heads(static_cast<std::size_t>(k_runs));
+  // the heads share the buffer (two int64 a buffered particle)
+  const std::int64_t head_size = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.buffer_bytes / 16) / k_runs);
+  for (std::int64_t r = 0; r < k_runs; ++r) {
+    RunHead& h = heads[r];
+    h.next = run_begin[r] = r * run;
+    h.end = std::min(n, h.next + run);
+    h.key.resize(static_cast<std::size_t>(head_size)), h.index.resize(static_cast<std::size_t>(head_size));
+  }
+  merge_runs(s, heads, head_size, from);
+  heads = {};
+  st.seconds_merge = seconds_since(t0);
+
+  t0 = Clock::now();
+  permute_fields(s, c, run_begin, from);
+  st.seconds_permute = seconds_since(t0);
+  return st;
+}
+
+}  // namespace gravpipe

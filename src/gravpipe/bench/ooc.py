@@ -1,0 +1,230 @@
+"""``gravpipe bench ooc``: the treecode out of core (gravpipe.ooc) against the same step in core.
+
+Three measurements (seed 004, Salmon & Warren, out-of-core treecode):
+
+* ``swap``: the analogue of their Fig. 5: bytes swapped (read + written to the scratch file)
+  in one full leapfrog step, against the in-core bytes (the page cache), for several page
+  sizes. The data a step works on is what the in-core run holds: 96 bytes a particle (pos,
+  vel, acc: 3 x 8 each; mass, id, pot: 8 each).
+* ``ratio``: one full step (kick-drift, sort, build, moments, walk + forces, kick) out of core
+  against the same step in core (the C++ leapfrog over the in-core tree), measured in the same
+  run, with the cache at a fraction of the data; the budget is that cache plus what the tree's
+  cells, lists and the sort need (which alone exceed 1/10 of the data: ~0.23 cells a
+  particle, 238 bytes a cell).
+* ``demo``: one full step from an IC file (any N, never N elements in memory but the tree's
+  cells), its stages, bytes read and written, peak RSS, force errors on sampled particles
+  against a float64 direct sum, and interactions and MAC tests per body.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: bytes a particle of the in-core run's state (pos, vel, acc 24 each; mass, id, pot 8 each)
+DATA_BYTES_PER_PARTICLE = 96
+DEFAULT_PAGE_SIZES = [1 << 16, 1 << 18, 1 << 20, 1 << 22]
+DEFAULT_CACHE_FRACTIONS = [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0]
+
+
+def peak_rss_bytes() -> int:
+    """VmHWM of this process (bytes): the most resident memory it has had."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _budget_for_cache(n: int, cache: int, page: int, threads: int, n_leaf: int = 16) -> int:
+    """The budget whose cache is ``cache`` bytes: the store's tables and the tree/sort headroom
+    on top (gravpipe.ooc.plan_budget)."""
+    from gravpipe.ooc import _tables, plan_budget
+    plan = plan_budget(n, 1 << 50, page, threads, n_leaf)
+    return _tables(n, page) + plan.headroom + max(cache, plan.tables_and_least_frames)
+
+
+def _model(name: str, n: int, seed: int):
+    import gravpipe as gp
+    if name == "plummer":
+        return gp.ic.plummer(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    return gp.Particles(pos=rng.random((n, 3)) - 0.5, vel=np.zeros((n, 3)), mass=np.full(n, 1.0 / n))
+
+
+def swap(n: int, scratch: str, page_sizes: list[int], fractions: list[float], *, model: str = "plummer",
+         eps: float = 1e-3, dt: float = 1 / 128, threads: int | None = None, progress=None) -> list[dict]:
+    """Bytes read and written in one full step for each page size and cache fraction."""
+    from gravpipe import _core
+    from gravpipe.ooc import OutOfCore
+    p = _model(model, n, 1)
+    threads = threads or _core.max_threads()
+    data = DATA_BYTES_PER_PARTICLE * n
+    rows = []
+    for page in page_sizes:
+        for frac in fractions:
+            cache = int(frac * data)
+            budget = _budget_for_cache(n, cache, page, threads)
+            if progress:
+                progress(f"swap: page {page} B, cache {frac:g} of the data")
+            with OutOfCore.from_particles(p, scratch, budget, eps=eps, threads=threads, page_bytes=page,
+                                          cache_bytes=max(cache, 0) or None) as o:
+                o.forces()
+                st = o.step(dt)
+                rows.append({"n": n, "model": model, "page_bytes": page, "cache_fraction": frac,
+                             "cache_bytes": o.store.frames * page, "budget_bytes": budget,
+                             "data_bytes": data, "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
+                             "bytes_swapped": st.bytes_read + st.bytes_written, "seconds_step": st.total,
+                             "stages": _stages(st)})
+    return rows
+
+
+def _stages(st) -> dict:
+    return {"kick_drift": st.kick_drift, "sort": st.sort, "build": st.build, "moments": st.moments,
+            "walk_forces": st.walk_forces, "kick": st.kick}
+
+
+def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, object, np.ndarray, np.ndarray]:
+    """One step of the C++ leapfrog over the in-core tree (forces at t0 done before the
+    clock): seconds, the tree's TreeStats, positions and velocities after it."""
+    from gravpipe import _core
+    from gravpipe.tree import TreeGravity
+    g = TreeGravity(eps, 1.0, threads=threads)
+    lf = _core.Leapfrog(g.provider, np.ascontiguousarray(p.pos), np.ascontiguousarray(p.vel),
+                        np.ascontiguousarray(p.mass), 0.0, dt)
+    t0 = time.perf_counter()
+    lf.evolve_to(dt)
+    sec = time.perf_counter() - t0
+    return sec, g.tree_stats, lf.positions(), lf.velocities()
+
+
+def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 << 20, model: str = "plummer",
+          eps: float = 1e-3, dt: float = 1 / 128, threads: int | None = None, repeat: int = 1,
+          progress=None) -> dict:
+    """The out-of-core step against the in-core one, same particles, same run (best of
+    ``repeat`` each); also checks that the two steps agree bit for bit."""
+    from gravpipe import _core
+    from gravpipe.ooc import OutOfCore
+    threads = threads or _core.max_threads()
+    p = _model(model, n, 1)
+    data = DATA_BYTES_PER_PARTICLE * n
+    cache = int(cache_fraction * data)
+    budget = _budget_for_cache(n, cache, page, threads)
+    best_in, best_out, out_row = None, None, None
+    for _ in range(repeat):
+        if progress:
+            progress(f"ratio: in-core step, N = {n}")
+        sec_in, _, pos_in, vel_in = in_core_step(p, eps, dt, threads)
+        best_in = sec_in if best_in is None else min(best_in, sec_in)
+        if progress:
+            progress(f"ratio: out-of-core step, N = {n}")
+        with OutOfCore.from_particles(p, scratch, budget, eps=eps, threads=threads, page_bytes=page,
+                                      cache_bytes=cache) as o:
+            o.forces()
+            o.store.reset_stats()
+            st = o.step(dt)
+            identical = bool(np.array_equal(o.gather("pos"), pos_in) and np.array_equal(o.gather("vel"), vel_in))
+            ts = o.tree_stats
+            if best_out is None or st.total < best_out:
+                best_out = st.total
+                s = o.stats
+                out_row = {"stages": _stages(st), "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
+                           "misses": int(s["misses"]), "stall_seconds": float(s["stall_seconds"]),
+                           "sort": st.sort_detail, "identical_to_in_core": identical,
+                           "interactions": int(ts.pp_interactions + ts.pc_interactions),
+                           "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
+                           "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
+                           "budget_peak_bytes": int(o.store._core.budget_peak)}
+        del pos_in, vel_in
+    return {"n": n, "model": model, "threads": threads, "page_bytes": page, "data_bytes": data,
+            "cache_bytes": cache, "cache_fraction": cache_fraction, "budget_bytes": budget,
+            "budget_fraction": budget / data, "seconds_in_core": best_in, "seconds_out_of_core": best_out,
+            "ratio": best_out / best_in, "interactions_per_s_out_of_core": out_row["interactions"] / best_out,
+            **out_row}
+
+
+def direct_errors(ooc, k: int = 1000, seed: int = 0, chunk: int = 1 << 20) -> dict:
+    """|a_tree - a_direct| / |a_direct| on ``k`` sampled particles of an OutOfCore whose
+    forces are done, against a float64 direct sum over every particle read block by block
+    (the i-set in memory, the j-set streamed)."""
+    n = ooc.n
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(n, min(k, n), replace=False))  # store positions
+    pos_i = np.stack([ooc.store.read("pos", int(i), int(i) + 1)[0] for i in idx])
+    acc_i = np.stack([ooc.store.read("acc", int(i), int(i) + 1)[0] for i in idx])
+    eps, G = ooc.params["eps"], ooc.params["G"]
+    ref = np.zeros((len(idx), 3))
+    for b, blk in ooc.blocks(["pos", "mass"], chunk):
+        pj, mj = blk["pos"], blk["mass"]
+        for s in range(0, len(idx), 64):
+            d = pj[None, :, :] - pos_i[s:s + 64, None, :]
+            r2 = (d * d).sum(-1) + eps * eps
+            w = mj[None, :] * r2 ** -1.5
+            own = idx[s:s + 64] - b  # self excluded
+            hit = (own >= 0) & (own < len(mj))
+            w[np.flatnonzero(hit), own[hit]] = 0.0
+            ref[s:s + 64] += G * np.einsum("ij,ijk->ik", w, d)
+    err = np.linalg.norm(acc_i - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    return {"sample": int(len(idx)), "median": float(np.median(err)), "p99": float(np.percentile(err, 99)),
+            "max": float(err.max())}
+
+
+def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float = 1 / 128, page: int = 1 << 20,
+         n_leaf: int = 16, sample: int = 1000, threads: int | None = None, progress=print) -> dict:
+    """One full step of the particles of the IC file ``path`` out of core."""
+    from gravpipe import ooc as ooc_mod
+    t0 = time.perf_counter()
+    with ooc_mod.OutOfCore.from_snapshot(path, scratch, budget, eps=eps, page_bytes=page, n_leaf=n_leaf,
+                                         threads=threads) as o:
+        t_load = time.perf_counter() - t0
+        progress(f"loaded {o.n} particles in {t_load:.1f} s; {o!r}")
+        first = o.forces()
+        progress(f"first forces {first.total:.1f} s: {first}")
+        o.store.reset_stats()
+        st = o.step(dt)
+        progress(f"step {st.total:.1f} s: {st}")
+        ts = o.tree_stats
+        s = o.stats
+        row = {"n": o.n, "file": path, "budget_bytes": o.plan.budget, "cache_bytes": o.plan.cache,
+               "page_bytes": page, "n_leaf": n_leaf, "seconds_load": t_load, "seconds_first_forces": first.total,
+               "seconds_step": st.total, "stages": _stages(st), "sort": st.sort_detail,
+               "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
+               "budget_peak_bytes": int(o.store._core.budget_peak), "cells": int(ts.nodes),
+               "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
+               "interactions_per_body": ts.pp_per_body + ts.pc_per_body, "mac_per_body": ts.mac_per_body,
+               "stall_seconds": float(s["stall_seconds"])}
+        if sample > 0:
+            t1 = time.perf_counter()
+            row["errors"] = direct_errors(o, sample)
+            row["seconds_direct_check"] = time.perf_counter() - t1
+            progress(f"errors vs float64 direct sum: {row['errors']}")
+    row["peak_rss_bytes"] = peak_rss_bytes()
+    return row
+
+
+def plot_swap(rows: list[dict], path: str) -> None:
+    """Bytes swapped per step against in-core (cache) bytes, one line per page size."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for page in sorted({r["page_bytes"] for r in rows}):
+        rs = sorted((r for r in rows if r["page_bytes"] == page), key=lambda r: r["cache_bytes"])
+        ax.loglog([r["cache_bytes"] for r in rs], [max(r["bytes_swapped"], 1) for r in rs], "o-",
+                  label=f"page {page // 1024} KiB")
+    data = rows[0]["data_bytes"]
+    ax.axvline(data, color="grey", ls=":", label="particle data")
+    ax.set_xlabel("in-core bytes (page cache)")
+    ax.set_ylabel("bytes swapped per step (read + written)")
+    ax.set_title(f"out-of-core treecode, {rows[0]['model']} N = {rows[0]['n']:.0e} (cf. Salmon & Warren Fig. 5)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def default_name(kind: str, n: int, suffix: str, date: str) -> str:
+    return str(Path("benchmarks") / "results" / f"ooc_{kind}_{n:.0e}_{date}.{suffix}".replace("+", ""))

@@ -1,0 +1,422 @@
+"""The treecode out of core (Salmon & Warren, seed 004; DESIGN.md "What comes after"):
+particles in the pages of a scratch store, in curve order, within a fixed memory budget.
+
+    with OutOfCore.from_particles(p, "/scratch", memory_budget="2GiB", eps=1/256) as ooc:
+        ooc.forces()                     # sort + build + moments + walk: acc, pot on the pages
+        ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
+        acc = ooc.gather("acc")          # (N,3) in the caller's order (tests; needs N in memory)
+
+The same tree code as :class:`gravpipe.tree.Tree` (build, moments, walk, MAC, kernels), read
+through the store's accessor: for the same particles, parameters and thread count the forces
+and a leapfrog step are the in-core ones bit for bit. Each sort is external: runs that fit the
+sort buffer are sorted by (curve key, caller index) and merged, so the order is the in-core
+stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
+``pos~``) and the keys; on disk that is 192 bytes a particle.
+
+The budget covers everything that grows with N: the page checksum table, the page cache, the
+tree's cells (238 bytes a cell; ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform
+cube at n_leaf = 16), the sorted keys while the tree is built (8 bytes a particle), each
+thread's interaction lists (16 bytes a cell), the sort buffer and the merge's run sources
+(2 bytes a particle). The cache gets what the largest of those phases leaves. A budget that
+cannot hold them raises :class:`~gravpipe.errors.MemoryBudgetError` naming the least budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import numpy as np
+
+from gravpipe import _core
+from gravpipe.backends import resolve_isa
+from gravpipe.errors import MemoryBudgetError
+from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, parse_byte_size
+from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
+                                  _check_precision, check_quad_tol, check_tree_params)
+
+__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "plan_budget"]
+
+#: the fields the external sort carries (each with its twin "<name>~"), besides key and index
+CARRIED = ["pos", "vel", "mass", "id"]
+#: fields of the out-of-core store beyond the store's defaults (pos, vel, mass, id, acc, pot)
+OOC_FIELDS: dict[str, tuple[int, str]] = {
+    "index": (1, "i64"), "key": (1, "i64"),
+    "pos~": (3, "f64"), "vel~": (3, "f64"), "mass~": (1, "f64"), "id~": (1, "i64"),
+    "index~": (1, "i64"), "key~": (1, "i64"),
+}
+#: cells per particle the budget plans for, at n_leaf = 16 (measured: Plummer 0.23, uniform
+#: cube 0.29-0.35); scaled by 16 / n_leaf
+CELLS_PER_PARTICLE_AT_16 = 0.4
+#: particles per block of the leapfrog's kick and drift passes
+KICK_BLOCK = 1 << 16
+#: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
+#: page, or come when its share of pinned frames is full): a run's worth, with room to spare
+COPY_ALLOWANCE = 4 << 20
+
+
+@dataclass
+class StepTimes:
+    """Wall seconds of one out-of-core step (or of forces()), by stage, and its page traffic."""
+    kick_drift: float = 0.0
+    sort: float = 0.0
+    build: float = 0.0
+    moments: float = 0.0
+    walk_forces: float = 0.0
+    kick: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    sort_detail: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces + self.kick
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a memory budget is shared (bytes): the cache, and the headroom the other phases
+    use in turn (sort buffer + run sources; keys + cells; cells + lists)."""
+    budget: int
+    tables_and_least_frames: int
+    cells: int
+    headroom: int
+    sort_buffer: int
+    cache: int
+
+
+def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int,
+                cache_bytes: int | None = None, read_ahead: int = 4) -> BudgetPlan:
+    """The cache and sort buffer a budget leaves for ``n`` particles (see the module
+    docstring). MemoryBudgetError naming the least budget when it cannot hold them."""
+    fields = list(OOC_FIELDS.items())
+    least_store = ParticleStore.least_budget(n, page_bytes, extra_fields=dict(fields), read_ahead=read_ahead,
+                                             threads=threads)
+    nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
+    cells = int(_core.paged_tree_bytes_per_cell()) * nodes
+    lists = int(_core.paged_tree_list_bytes(nodes, threads))
+    blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE  # kick/drift blocks, copied particle blocks
+    least_sort = int(_core.least_sort_buffer(n))
+    headroom = max(cells + 8 * n, cells + lists, least_sort + 2 * n) + blocks
+    least = least_store + headroom
+    if memory_budget < least:
+        raise MemoryBudgetError(
+            f"memory budget {format_bytes(memory_budget)} is too small for {n} particles out of core "
+            f"(pages of {format_bytes(page_bytes)}, {threads} threads, n_leaf {n_leaf}): the page tables and "
+            f"the fewest frames take {format_bytes(least_store)}, the tree's cells (~{nodes} planned) "
+            f"{format_bytes(cells)}, its lists {format_bytes(lists)}, the sorted keys {format_bytes(8 * n)}; "
+            f"the least budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
+    # the cache gets what the headroom leaves beyond the store's own least (tables + frames)
+    cache = memory_budget - least_store - headroom + (least_store - _tables(n, page_bytes))
+    if cache_bytes is not None:
+        if cache_bytes > cache:
+            raise MemoryBudgetError(
+                f"cache_bytes {format_bytes(cache_bytes)} leaves too little of the memory budget "
+                f"{format_bytes(memory_budget)} for the tree and the sort: at most {format_bytes(cache)}",
+                cache_bytes, cache)
+        cache = cache_bytes
+    sort_buffer = max(least_sort, min(72 * n, headroom - blocks - 2 * n))
+    return BudgetPlan(memory_budget, least_store, cells, headroom, sort_buffer, cache)
+
+
+def _tables(n: int, page_bytes: int) -> int:
+    columns = 3 + 3 + 1 + 1 + 3 + 1 + sum(c for c, _ in OOC_FIELDS.values())
+    return columns * math.ceil(n / (page_bytes // 8)) * 5
+
+
+class OutOfCore:
+    """N particles in an out-of-core store with the treecode's parameters (see the module
+    docstring). Build with :meth:`from_particles` or :meth:`from_snapshot`; close (or use
+    ``with``) to remove the scratch file, which also happens when construction fails.
+
+    Parameters are those of :class:`gravpipe.tree.Tree` (eps, G, theta, quadrupole,
+    quad_tol, n_leaf, n_crit, threads, precision, local_expansion, isa; alpha is not
+    available out of core) plus ``scratch`` (directory of the scratch file),
+    ``memory_budget`` ("4GiB", bytes), ``page_bytes`` and optional ``cache_bytes`` and
+    ``sort_buffer`` (bytes of the external sort's runs; by default what the budget's
+    headroom holds, capped at one run of every particle).
+    """
+
+    def __init__(self, n: int, scratch: str | os.PathLike, memory_budget: str | int, *, eps: float = 0.0,
+                 G: float = 1.0, theta: float = DEFAULT_THETA, quadrupole: bool = True,
+                 quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF, n_crit: int = DEFAULT_N_CRIT,
+                 threads: int | None = None, precision: str = "mixed", local_expansion: bool = True,
+                 isa: str = "auto", page_bytes: str | int = DEFAULT_PAGE_BYTES, cache_bytes: str | int | None = None,
+                 io: str = "auto", eviction: str = "clock", read_ahead: int = 4,
+                 sort_buffer: str | int | None = None):
+        self.n = int(n)
+        if self.n < 1:
+            raise ValueError(f"n: must be >= 1, got {n}")
+        self.threads = int(threads) if threads else int(_core.max_threads())
+        self.params = dict(eps=float(eps), G=float(G), theta=float(theta), quadrupole=bool(quadrupole),
+                           quad_tol=float(quad_tol), n_leaf=int(n_leaf), n_crit=int(n_crit), threads=self.threads,
+                           precision=precision, local_expansion=bool(local_expansion), isa=resolve_isa(isa))
+        # the in-core Tree's checks (the core checks eps and G again when the tree is built)
+        check_tree_params(theta, n_leaf, n_crit, None, threads)
+        check_quad_tol(quad_tol)
+        _check_precision(precision)
+        if not (math.isfinite(float(eps)) and float(eps) >= 0):
+            raise ValueError(f"eps: must be finite and >= 0, got {eps!r}")
+        page = parse_byte_size(page_bytes)
+        self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf),
+                                None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead)
+        if sort_buffer is not None:
+            want = parse_byte_size(sort_buffer)
+            least_sort = int(_core.least_sort_buffer(self.n))
+            if want < least_sort or want > self.plan.sort_buffer:
+                raise ValueError(f"sort_buffer: must be in [{format_bytes(least_sort)}, "
+                                 f"{format_bytes(self.plan.sort_buffer)}] here, got {format_bytes(want)}")
+            self.plan = BudgetPlan(self.plan.budget, self.plan.tables_and_least_frames, self.plan.cells,
+                                   self.plan.headroom, want, self.plan.cache)
+        self.store = ParticleStore(scratch, self.n, self.plan.budget, page_bytes=page, extra_fields=OOC_FIELDS,
+                                   cache_bytes=self.plan.cache, eviction=eviction, io=io, read_ahead=read_ahead,
+                                   threads=self.threads)
+        self._tree: object | None = None
+        self._sorted = False
+        self._have_forces = False
+        self.t = 0.0
+        self.last = StepTimes()
+        self.tree_stats: TreeStats | None = None
+
+    # ---- filling ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_particles(cls, particles, scratch: str | os.PathLike, memory_budget: str | int, chunk: int = 1 << 18,
+                       **kwargs) -> OutOfCore:
+        """A store of ``particles`` (:class:`gravpipe.Particles`), written in the caller's order
+        in chunks of ``chunk``; ``index`` records that order."""
+        ooc = cls(len(particles.mass), scratch, memory_budget, **kwargs)
+        try:
+            for b in range(0, ooc.n, chunk):
+                e = min(ooc.n, b + chunk)
+                ooc._write_block(b, particles.pos[b:e], particles.vel[b:e], particles.mass[b:e], particles.id[b:e])
+        except BaseException:
+            ooc.close()
+            raise
+        return ooc
+
+    @classmethod
+    def from_blocks(cls, blocks, n: int, scratch: str | os.PathLike, memory_budget: str | int,
+                    **kwargs) -> OutOfCore:
+        """A store of ``n`` particles arriving as consecutive :class:`gravpipe.Particles`
+        blocks (``ic.plummer_blocks``, ``ic.model_blocks``): initial conditions of any N
+        drawn straight into the pages."""
+        ooc = cls(n, scratch, memory_budget, **kwargs)
+        try:
+            b = 0
+            for blk in blocks:
+                if b + len(blk.mass) > n:
+                    raise ValueError(f"blocks: more than the {n} particles announced")
+                ooc._write_block(b, blk.pos, blk.vel, blk.mass, blk.id)
+                b += len(blk.mass)
+            if b != n:
+                raise ValueError(f"blocks: {b} particles of the {n} announced")
+        except BaseException:
+            ooc.close()
+            raise
+        return ooc
+
+    @classmethod
+    def from_snapshot(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
+                      chunk: int = 1 << 20, **kwargs) -> OutOfCore:
+        """A store of the particles of a GADGET-layout HDF5 snapshot, read block by block
+        (never N elements at once); ``index`` is the file's order."""
+        import h5py
+        with h5py.File(path, "r") as f:
+            g = f["PartType1"]
+            n = g["Coordinates"].shape[0]
+            ooc = cls(n, scratch, memory_budget, **kwargs)
+            try:
+                for b in range(0, n, chunk):
+                    e = min(n, b + chunk)
+                    ooc._write_block(b, g["Coordinates"][b:e], g["Velocities"][b:e], g["Masses"][b:e],
+                                     g["ParticleIDs"][b:e])
+            except BaseException:
+                ooc.close()
+                raise
+        return ooc
+
+    def _write_block(self, b: int, pos, vel, mass, ids) -> None:
+        pos = np.ascontiguousarray(pos, np.float64)
+        vel = np.ascontiguousarray(vel, np.float64)
+        mass = np.ascontiguousarray(mass, np.float64)
+        if not (np.isfinite(pos).all() and np.isfinite(vel).all() and np.isfinite(mass).all()):
+            raise ValueError(f"particles {b}..{b + len(mass) - 1}: positions, velocities and masses must be finite")
+        if (mass < 0).any():
+            raise ValueError(f"particles {b}..{b + len(mass) - 1}: masses must be >= 0")
+        self.store.write("pos", b, pos)
+        self.store.write("vel", b, vel)
+        self.store.write("mass", b, mass)
+        self.store.write("id", b, np.ascontiguousarray(ids, np.int64))
+        self.store.write("index", b, np.arange(b, b + len(mass), dtype=np.int64))
+        self._sorted = False
+        self._have_forces = False
+
+    # ---- the stages ---------------------------------------------------------------------------
+
+    def sort(self) -> dict:
+        """External sort of every particle into curve order (key, caller index)."""
+        self._tree = None  # its cells' budget goes back first
+        d = dict(_core.store_sort_by_curve(self.store._core, CARRIED, self.plan.sort_buffer, self.threads))
+        self._sorted = True
+        return d
+
+    def forces(self) -> StepTimes:
+        """Sort (if needed), build, moments and the walk: self-gravity of every particle into
+        the store's ``acc`` and ``pot``. Returns the stages' times and page traffic."""
+        st = StepTimes()
+        before = self.store.stats()
+        t0 = time.perf_counter()
+        if not self._sorted:
+            st.sort_detail = self.sort()
+        st.sort = time.perf_counter() - t0
+        self._tree_forces(st)
+        self._traffic(st, before)
+        self.last = st
+        return st
+
+    def _tree_forces(self, st: StepTimes) -> None:
+        p = self.params
+        self._tree = None
+        self._have_forces = False  # until this evaluation has written every particle's acc and pot
+        tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
+                               p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"])
+        s0 = tree.stats()
+        st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
+        self._tree = tree
+        t1 = time.perf_counter()
+        tree.self_forces()
+        st.walk_forces = time.perf_counter() - t1
+        self.tree_stats = TreeStats(**tree.stats())
+        self._have_forces = True
+        self._sorted = False  # positions may move from here on
+
+    def step(self, dt: float) -> StepTimes:
+        """One kick-drift-kick leapfrog step of ``dt`` (as gravpipe's in-core leapfrog:
+        vel += dt/2 acc; pos += dt vel; forces; vel += dt/2 acc), block by block on the pages."""
+        if not (dt > 0 and math.isfinite(dt)):
+            raise ValueError(f"dt: must be > 0, got {dt}")
+        if not self._have_forces:
+            self.forces()
+            _core.store_check_forces(self.store._core, KICK_BLOCK, self.t)
+        st = StepTimes()
+        before = self.store.stats()
+        h = 0.5 * dt
+        t0 = time.perf_counter()
+        self._tree = None
+        _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
+        st.kick_drift = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        st.sort_detail = self.sort()
+        st.sort = time.perf_counter() - t0
+        self._tree_forces(st)
+        t0 = time.perf_counter()
+        _core.store_kick(self.store._core, h, KICK_BLOCK, self.t + dt)
+        st.kick = time.perf_counter() - t0
+        self.t += dt
+        self._traffic(st, before)
+        self.last = st
+        return st
+
+    def _traffic(self, st: StepTimes, before: dict) -> None:
+        after = self.store.stats()
+        st.bytes_read = int(after["bytes_read"]) - int(before["bytes_read"])
+        st.bytes_written = int(after["bytes_written"]) - int(before["bytes_written"])
+
+    # ---- reading back ---------------------------------------------------------------------------
+
+    def blocks(self, fields: list[str], chunk: int = 1 << 20) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """(begin, {field: block}) over the store in its (curve) order, ``chunk`` at a time."""
+        for b in range(0, self.n, chunk):
+            e = min(self.n, b + chunk)
+            yield b, {f: self.store.read(f, b, e) for f in fields}
+
+    def write_snapshot(self, path: str | os.PathLike, chunk: int = 1 << 20,
+                       parameters: dict | None = None) -> None:
+        """A GADGET-layout snapshot of the store's particles (its curve order) at ``self.t``,
+        streamed block by block (io.streamed_snapshot: temporary name, then renamed)."""
+        from gravpipe import io
+        from gravpipe.particles import Particles
+        with io.streamed_snapshot(path, self.n, self.t, parameters=parameters) as out:
+            for _, blk in self.blocks(["pos", "vel", "mass", "id"], chunk):
+                out.write(Particles(blk["pos"], blk["vel"], blk["mass"], blk["id"]))
+
+    def gather(self, name: str) -> np.ndarray:
+        """A whole field in the caller's order (needs it in memory: tests and small runs)."""
+        comps, dtype = (OOC_FIELDS.get(name) or self.store.field(name))
+        out = np.empty((self.n, comps) if comps > 1 else self.n, dtype=np.float64 if dtype == "f64" else np.int64)
+        for _, blk in self.blocks([name, "index"]):
+            out[blk["index"]] = blk[name]
+        return out
+
+    # ---- lifetime ---------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> dict:
+        """The store's counters and budget figures."""
+        return self.store.stats()
+
+    def close(self) -> None:
+        """Drop the tree and remove the scratch file."""
+        self._tree = None
+        self.store.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.store.closed
+
+    def __enter__(self) -> OutOfCore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OutOfCore(n={self.n}, store={self.store!r}, cache={format_bytes(self.plan.cache)})"
+
+
+def evolve(ooc: OutOfCore, t_end: float, dt: float, *, snapshot_every: float | None = None,
+           out: str | os.PathLike | None = None, report=None) -> list[StepTimes]:
+    """Leapfrog steps of ``dt`` from ``ooc.t`` to ``t_end`` (a whole number of steps), with
+    snapshots ``out/snapshot_NNNN.h5`` every ``snapshot_every`` (a whole number of steps;
+    the first at the start) streamed from the pages. ``report(step, StepTimes)`` after each
+    step. Returns the steps' times."""
+    steps_f = (t_end - ooc.t) / dt
+    steps = round(steps_f)
+    if steps < 0 or abs(steps_f - steps) > 1e-9 * max(1.0, steps_f):
+        raise ValueError(f"t_end: {t_end:g} is not a whole number of steps dt = {dt:g} after t = {ooc.t:g}")
+    every = None
+    if snapshot_every is not None:
+        every_f = snapshot_every / dt
+        every = round(every_f)
+        if every < 1 or abs(every_f - every) > 1e-9 * every_f:
+            raise ValueError(f"snapshot_every: {snapshot_every:g} is not a whole number of steps dt = {dt:g}")
+        if out is None:
+            raise ValueError("snapshot_every: needs out (a directory)")
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+    t0 = ooc.t
+    snap = 0
+
+    def snapshot() -> None:
+        nonlocal snap
+        ooc.write_snapshot(os.path.join(out, f"snapshot_{snap:04d}.h5"),
+                           parameters={"integrator": "leapfrog", "gravity": "tree", "out_of_core": 1})
+        snap += 1
+
+    if every is not None:
+        snapshot()
+    times = []
+    for k in range(1, steps + 1):
+        times.append(ooc.step(dt))
+        ooc.t = t0 + k * dt  # on the grid, as the in-core leapfrog keeps it
+        if report is not None:
+            report(k, times[-1])
+        if every is not None and k % every == 0:
+            snapshot()
+    return times
