@@ -224,7 +224,8 @@ def plot_swap(rows: list[dict], path: str) -> None:
     ax.axvline(data, color="grey", ls=":", label="particle data")
     ax.set_xlabel("in-core bytes (page cache)")
     ax.set_ylabel("bytes swapped per step (read + written)")
-    ax.set_title(f"out-of-core treecode, {rows[0]['model']} N = {rows[0]['n']:.0e} (cf. Salmon & Warren Fig. 5)")
+    ax.set_title(f"out-of-core treecode, {rows[0]['model']} N = {rows[0]['n']:.0e}, one leapfrog step\n"
+                 "(cf. Salmon & Warren 1997, Fig. 5)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
