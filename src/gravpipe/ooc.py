@@ -39,7 +39,7 @@ from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, pars
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
 
-__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "plan_budget"]
+__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "plan_budget", "evolve"]
 
 #: the fields the external sort carries (each with its twin "<name>~"), besides key and index
 CARRIED = ["pos", "vel", "mass", "id"]
