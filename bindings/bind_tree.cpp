@@ -206,7 +206,12 @@ void bind_tree(nb::module_& m) {
            nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
            nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::keep_alive<1, 2>())
-      .def("self_forces", [](PagedTreeBox& t) { t.get().self_forces(); }, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "self_forces",
+          [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field) {
+            t.get().self_forces(acc_field, pot_field);
+          },
+          nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("cell_bytes", [](const PagedTreeBox& t) { return t.get().cell_bytes(); })
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
       .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });

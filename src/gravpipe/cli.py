@@ -292,7 +292,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="out of core (with --gravity tree, leapfrog, and --scratch): particles in the pages of a "
                         "scratch file, everything that grows with N within SIZE ('4GiB')")
     r.add_argument("--scratch", metavar="DIR", default=None, help="directory of the out-of-core scratch file")
-    r.add_argument("--page-bytes", metavar="SIZE", default="1MiB", help="out-of-core page size (default 1MiB)")
+    r.add_argument("--page-bytes", metavar="SIZE", default=None, help="out-of-core page size (default 1MiB)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -800,11 +800,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from gravpipe import runconfig
 
-    if args.memory_budget is not None or args.scratch is not None:
-        return _run_out_of_core(args)
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:
         return _resume_run(args, cli_values)
+    if args.memory_budget is not None or args.scratch is not None:
+        return _run_out_of_core(args)
     file_values = runconfig.load_config(args.config) if args.config else {}
     settings, given = runconfig.merge(file_values, cli_values)
     if settings.file is not None and given & set(runconfig.IC_KEYS):
@@ -822,12 +822,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_out_of_core(args: argparse.Namespace) -> int:
     """``gravpipe run --gravity tree --memory-budget SIZE --scratch DIR``: the leapfrog with
-    the treecode out of core (gravpipe.ooc), snapshots streamed from the pages. What the
-    in-core run offers beyond that (checkpoints, --resume, --config, diagnostics.csv and the
-    energy error, Hermite) is refused by name rather than silently dropped."""
+    the treecode out of core (gravpipe.ooc_simulation): snapshots, checkpoints and
+    diagnostics.csv as in core, streamed from the pages; ``--resume DIR`` continues it. What
+    does not apply out of core (Hermite, --config, another backend) is refused by name."""
     import gravpipe as gp
-    from gravpipe import ooc, runconfig
-    from gravpipe.store import format_bytes
+    from gravpipe import runconfig
+    from gravpipe.ooc_simulation import OutOfCoreSimulation
+    from gravpipe.store import DEFAULT_PAGE_BYTES
 
     if args.memory_budget is None or args.scratch is None:
         raise UserError("--memory-budget and --scratch go together (an out-of-core run needs both)")
@@ -835,49 +836,47 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
         raise UserError("--memory-budget: out of core runs --gravity tree only (give --gravity tree)")
     if args.integrator not in (None, "leapfrog"):
         raise UserError(f"--memory-budget: out of core runs the leapfrog only, not --integrator {args.integrator}")
-    for opt in ("resume", "config", "checkpoint_every", "eta", "eta_s", "dt_max", "overwrite"):
+    for opt in ("config", "eta", "eta_s", "dt_max"):
         if getattr(args, opt) is not None:
-            raise UserError(f"{_option_name(opt)}: not available out of core (--memory-budget) yet")
+            raise UserError(f"{_option_name(opt)}: does not apply out of core (--memory-budget: the leapfrog)")
     if args.backend not in (None, "auto", "cpu"):
         raise UserError(f"--backend {args.backend}: the out-of-core tree runs on the CPU")
-    from gravpipe.integrators import INTEGRATORS
-
-    dt = args.dt if args.dt is not None else INTEGRATORS["leapfrog"].defaults["dt"]
     t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
-    eps = args.eps if args.eps is not None else runconfig.DEFAULT_EPS
-    kw = dict(eps=eps, threads=args.threads, precision=args.precision or "mixed", page_bytes=args.page_bytes)
-    if args.theta is not None:
-        kw["theta"] = args.theta
+    kw = dict(eps=args.eps if args.eps is not None else runconfig.DEFAULT_EPS, threads=args.threads,
+              precision=args.precision or "mixed", dt=args.dt, theta=args.theta,
+              page_bytes=args.page_bytes or DEFAULT_PAGE_BYTES)
     if args.file is not None:
         if args.ic is not None or args.n is not None or args.seed is not None:
             raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")
-        run = ooc.OutOfCore.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
-        source = args.file
+        sim = OutOfCoreSimulation.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
+        source = f"{args.file} (N = {sim.n}, t = {sim.time:g})"
     else:
         model = args.ic or "plummer"
         n = args.n or runconfig.DEFAULT_N
         seed = args.seed if args.seed is not None else runconfig.DEFAULT_SEED
         if model not in gp.ic.BLOCK_MODELS:
             raise UserError(f"--ic {model}: out of core draws models block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
-        run = ooc.OutOfCore.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
-                                        args.memory_budget, **kw)
-        source = f"{model} N = {n}, seed {seed}"
-    with run:
-        print(f"out of core: {source}, {run!r}; dt = {dt:g}, t_end = {t_end:g}; tree cells planned "
-              f"{format_bytes(run.plan.cells)}, cache {format_bytes(run.plan.cache)}")
-        print("diagnostics (energy, Lagrangian radii) and checkpoints are not written out of core")
+        sim = OutOfCoreSimulation.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
+                                              args.memory_budget, **kw)
+        source = f"{model}, N = {n}, seed {seed} (drawn block by block into the pages)"
+    with sim:
+        whole = t_end - sim.time
+        snap_every = args.snap_every if args.snap_every is not None or args.out is None else whole
+        ckpt_every = args.checkpoint_every if args.checkpoint_every is not None or args.out is None else whole
+        _print_start(sim, source, t_end, args.out)
+        return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.out, not args.no_progress,
+                                  overwrite=bool(args.overwrite))
 
-        def report(k: int, st: ooc.StepTimes) -> None:
-            print(f"step {k}: t = {run.t:.6g}  {st.total:.2f} s (kick-drift {st.kick_drift:.2f}, sort {st.sort:.2f}, "
-                  f"build {st.build:.2f}, moments {st.moments:.2f}, walk+forces {st.walk_forces:.2f}, "
-                  f"kick {st.kick:.2f})  read {format_bytes(st.bytes_read)}, written {format_bytes(st.bytes_written)}",
-                  flush=True)
 
-        ooc.evolve(run, t_end, dt, snapshot_every=args.snap_every, out=args.out, report=report)
-        s = run.stats
-        print(f"done: t = {run.t:g}; store: read {format_bytes(int(s['bytes_read']))}, written "
-              f"{format_bytes(int(s['bytes_written']))}, misses {s['misses']}, budget {format_bytes(run.plan.budget)}")
-    return 0
+def _report_out_of_core(sim) -> None:
+    """The store's traffic of an out-of-core run (after its time breakdown)."""
+    from gravpipe.store import format_bytes
+
+    s, t = sim.provider.stats, sim._steps_total
+    print(f"  out of core, stages summed over the steps: kick-drift {t.kick_drift:.2f} s, sort {t.sort:.2f} s, build {t.build:.2f} s, "
+          f"moments {t.moments:.2f} s, walk+forces {t.walk_forces:.2f} s, kick {t.kick:.2f} s; "
+          f"store read {format_bytes(int(s['bytes_read']))}, written {format_bytes(int(s['bytes_written']))}, "
+          f"{s['misses']:,} misses, {float(s['stall_seconds']):.2f} s stalled")
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
@@ -978,8 +977,13 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
         allowed = ", ".join(_option_name(k) for k in sorted(_RESUME_KEYS))
         raise UserError(f"--resume continues the run stored in its checkpoint; {names} cannot be given "
                         f"with it (allowed: {allowed})")
+    if args.page_bytes is not None:
+        raise UserError("--page-bytes: a resumed out-of-core run keeps its page size (give --memory-budget or "
+                        "--scratch to change those)")
     checkpoint = latest_checkpoint(args.resume)
-    sim = Simulation.resume(args.resume, threads=args.threads)
+    # an out-of-core run's checkpoint resumes out of core (budget and scratch: the original
+    # run's unless given)
+    sim = Simulation.resume(args.resume, threads=args.threads, memory_budget=args.memory_budget, scratch=args.scratch)
     stored = sim.config.evolve
     t_end = args.t_end if args.t_end is not None else stored.get("t_end")
     if t_end is None:
@@ -990,6 +994,9 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
     if abs(t_end - sim.time) <= 1e-9 * sim.quantum:
         print(f"already at t_end = {t_end:g}: nothing to do (give --t-end to go further)")
         return 0
+    if hasattr(sim, "close"):  # out of core: remove the scratch file however the run ends
+        with sim:
+            return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
     return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
 
 
@@ -1019,6 +1026,8 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
     balance = getattr(sim.provider, "balance_summary", None)  # MPI domains (gravity tree on ranks)
     if balance is not None:
         print(f"  {balance()}")
+    if getattr(sim.config, "out_of_core", None):
+        _report_out_of_core(sim)
     if out is not None:
         _print_files(out)
     return 0

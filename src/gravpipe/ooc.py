@@ -1,6 +1,9 @@
 """The treecode out of core (Salmon & Warren, seed 004; DESIGN.md "What comes after"):
 particles in the pages of a scratch store, in curve order, within a fixed memory budget.
 
+A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
+``Simulation(..., memory_budget=, scratch=)`` builds); this module is its engine.
+
     with OutOfCore.from_particles(p, "/scratch", memory_budget="2GiB", eps=1/256) as ooc:
         ooc.forces()                     # sort + build + moments + walk: acc, pot on the pages
         ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
@@ -39,7 +42,7 @@ from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, pars
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
 
-__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "plan_budget", "evolve"]
+__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "CHECKPOINT_STATE", "plan_budget"]
 
 #: the fields the external sort carries (each with its twin "<name>~"), besides key and index
 CARRIED = ["pos", "vel", "mass", "id"]
@@ -48,7 +51,14 @@ OOC_FIELDS: dict[str, tuple[int, str]] = {
     "index": (1, "i64"), "key": (1, "i64"),
     "pos~": (3, "f64"), "vel~": (3, "f64"), "mass~": (1, "f64"), "id~": (1, "i64"),
     "index~": (1, "i64"), "key~": (1, "i64"),
+    # the potential of the diagnostic tree (energy rows), beside the run's own acc and pot
+    "pot_check": (1, "f64"),
 }
+#: the per-particle state of a checkpoint, beside pos, vel, mass, id: the forces of the last
+#: evaluation (the next kick's), the caller's order (the sort's tie-break) and the sorted
+#: curve keys (the store is in curve order at a checkpoint)
+CHECKPOINT_STATE: dict[str, tuple[int, str]] = {"acc": (3, "f8"), "pot": (1, "f8"), "index": (1, "i8"),
+                                                "key": (1, "i8")}
 #: cells per particle the budget plans for, at n_leaf = 16 (measured: Plummer 0.23, uniform
 #: cube 0.29-0.35); scaled by 16 / n_leaf
 CELLS_PER_PARTICLE_AT_16 = 0.4
@@ -293,7 +303,6 @@ class OutOfCore:
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         self._have_forces = True
-        self._sorted = False  # positions may move from here on
 
     def step(self, dt: float) -> StepTimes:
         """One kick-drift-kick leapfrog step of ``dt`` (as gravpipe's in-core leapfrog:
@@ -308,6 +317,7 @@ class OutOfCore:
         h = 0.5 * dt
         t0 = time.perf_counter()
         self._tree = None
+        self._sorted = False  # the drift moves every particle
         _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
         st.kick_drift = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -321,6 +331,63 @@ class OutOfCore:
         self._traffic(st, before)
         self.last = st
         return st
+
+    def diagnostic_potential(self, theta: float, precision: str = "double") -> float:
+        """The potential of every particle from a second, finer tree (opening angle
+        ``theta``, ``precision`` list kernels, the run's other parameters) into the field
+        ``pot_check``, leaving the run's ``acc`` and ``pot`` as they are; the store must be
+        in curve order (it is after :meth:`forces` and :meth:`step`). Returns its seconds."""
+        if not self._sorted:
+            raise RuntimeError("diagnostic_potential: the store is not in curve order for the current "
+                               "positions (evaluate forces first)")
+        p = self.params
+        t0 = time.perf_counter()
+        self._tree = None  # the run's cells go back to the budget first
+        tree = _core.PagedTree(self.store._core, p["eps"], p["G"], float(theta), p["quadrupole"], p["quad_tol"],
+                               p["n_leaf"], p["n_crit"], p["threads"], precision, p["local_expansion"], p["isa"])
+        tree.self_forces(acc_field="", pot_field="pot_check")
+        del tree
+        return time.perf_counter() - t0
+
+    def write_checkpoint(self, path: str | os.PathLike, parameters: dict, integrator_state: dict,
+                         chunk: int = 1 << 20) -> None:
+        """A checkpoint streamed from the pages (GADGET layout, atomic): the particles in the
+        store's order, the per-particle state of :data:`CHECKPOINT_STATE` and the caller's
+        ``integrator_state`` (scalars, small arrays). Needs the forces of the current
+        positions (the state after :meth:`forces` or :meth:`step`)."""
+        from gravpipe import io
+        from gravpipe.particles import Particles
+        if not (self._have_forces and self._sorted):
+            raise RuntimeError("write_checkpoint: the forces of the current positions are not evaluated")
+        fields = ["pos", "vel", "mass", "id", *CHECKPOINT_STATE]
+        with io.streamed_snapshot(path, self.n, self.t, parameters=parameters, integrator_state=integrator_state,
+                                  per_particle_state=CHECKPOINT_STATE) as out:
+            for _, blk in self.blocks(fields, chunk):
+                out.write(Particles(blk["pos"], blk["vel"], blk["mass"], blk["id"]),
+                          state={k: blk[k] for k in CHECKPOINT_STATE})
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
+                        chunk: int = 1 << 20, **kwargs) -> OutOfCore:
+        """The store of a checkpoint written by :meth:`write_checkpoint`, read block by block:
+        the state after its last force evaluation, so that the next :meth:`step` continues
+        bit for bit. ``kwargs`` as for the constructor (the run's parameters)."""
+        from gravpipe import io
+        with io.open_blocks(path) as snap:
+            ooc = cls(snap.n, scratch, memory_budget, **kwargs)
+            try:
+                for b, blk in zip(range(0, snap.n, chunk), snap.blocks(chunk)):
+                    e = b + blk.n
+                    ooc._write_block(b, blk.pos, blk.vel, blk.mass, blk.id)
+                    for name, (_, dtype) in CHECKPOINT_STATE.items():
+                        rows = snap.state_rows(name, b, e)
+                        ooc.store.write(name, b, np.ascontiguousarray(rows, np.float64 if dtype == "f8" else np.int64))
+                ooc.t = snap.time
+            except BaseException:
+                ooc.close()
+                raise
+        ooc._sorted = ooc._have_forces = True  # the state after forces(), as it was written
+        return ooc
 
     def _traffic(self, st: StepTimes, before: dict) -> None:
         after = self.store.stats()
@@ -378,45 +445,3 @@ class OutOfCore:
 
     def __repr__(self) -> str:
         return f"OutOfCore(n={self.n}, store={self.store!r}, cache={format_bytes(self.plan.cache)})"
-
-
-def evolve(ooc: OutOfCore, t_end: float, dt: float, *, snapshot_every: float | None = None,
-           out: str | os.PathLike | None = None, report=None) -> list[StepTimes]:
-    """Leapfrog steps of ``dt`` from ``ooc.t`` to ``t_end`` (a whole number of steps), with
-    snapshots ``out/snapshot_NNNN.h5`` every ``snapshot_every`` (a whole number of steps;
-    the first at the start) streamed from the pages. ``report(step, StepTimes)`` after each
-    step. Returns the steps' times."""
-    steps_f = (t_end - ooc.t) / dt
-    steps = round(steps_f)
-    if steps < 0 or abs(steps_f - steps) > 1e-9 * max(1.0, steps_f):
-        raise ValueError(f"t_end: {t_end:g} is not a whole number of steps dt = {dt:g} after t = {ooc.t:g}")
-    every = None
-    if snapshot_every is not None:
-        every_f = snapshot_every / dt
-        every = round(every_f)
-        if every < 1 or abs(every_f - every) > 1e-9 * every_f:
-            raise ValueError(f"snapshot_every: {snapshot_every:g} is not a whole number of steps dt = {dt:g}")
-        if out is None:
-            raise ValueError("snapshot_every: needs out (a directory)")
-    if out is not None:
-        os.makedirs(out, exist_ok=True)
-    t0 = ooc.t
-    snap = 0
-
-    def snapshot() -> None:
-        nonlocal snap
-        ooc.write_snapshot(os.path.join(out, f"snapshot_{snap:04d}.h5"),
-                           parameters={"integrator": "leapfrog", "gravity": "tree", "out_of_core": 1})
-        snap += 1
-
-    if every is not None:
-        snapshot()
-    times = []
-    for k in range(1, steps + 1):
-        times.append(ooc.step(dt))
-        ooc.t = t0 + k * dt  # on the grid, as the in-core leapfrog keeps it
-        if report is not None:
-            report(k, times[-1])
-        if every is not None and k % every == 0:
-            snapshot()
-    return times

@@ -13,11 +13,8 @@ the uninterrupted run bit for bit (same backend, precision and thread count).
 
 from __future__ import annotations
 
-import csv
-import io as _stdio
 import json
 import math
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,15 +25,13 @@ from gravpipe import _core, diagnostics, integrators, parallel
 from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
-from gravpipe.io.atomic import atomic_open
 from gravpipe.parallel import consistency
 from gravpipe.particles import Particles
 
+# run_files and latest_checkpoint are public here too (the CLI and users import them from here)
+from gravpipe.run_loop import RunLoop, latest_checkpoint, run_files  # noqa: F401
+
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
-CHECKPOINT_GLOB = "checkpoint_*.h5"
-CHECKPOINT_SET_GLOB = "checkpoint_*[0-9]"  # the folder of a multi-file set (runs over MPI ranks)
-RUN_FILE_PATTERNS = ("snapshot_*.h5", CHECKPOINT_GLOB, "diagnostics.csv")
-RUN_SET_PATTERNS = ("snapshot_*[0-9]", CHECKPOINT_SET_GLOB)
 
 
 @dataclass
@@ -96,6 +91,9 @@ class RunConfig:
     # written before they were stored, which all have energy0 != 0: such runs could not start)
     kinetic0: float | None = None
     potential0: float | None = None
+    # an out-of-core run's store settings (memory_budget and page_bytes in bytes, scratch,
+    # n_leaf, n_crit); None in core
+    out_of_core: dict[str, Any] | None = None
 
     def initial_energy(self) -> diagnostics.Energy:
         """The energy at t0 (K and W are NaN for checkpoints that did not store them)."""
@@ -105,7 +103,7 @@ class RunConfig:
                                   total=self.energy0)
 
 
-class Simulation:
+class Simulation(RunLoop):
     """An N-body simulation.
 
     Parameters
@@ -132,11 +130,32 @@ class Simulation:
         to the rank's share of its machine's cores.
     """
 
+    def __new__(cls, particles: Particles = None, gravity: str = "direct", integrator: str | None = None, *,
+                memory_budget: str | int | None = None, scratch: str | Path | None = None, **kwargs: Any):
+        """With ``memory_budget`` and ``scratch``: an out-of-core run
+        (:class:`~gravpipe.ooc_simulation.OutOfCoreSimulation`, the same interface)."""
+        if memory_budget is None and scratch is None:
+            return super().__new__(cls)
+        from gravpipe.ooc_simulation import OutOfCoreSimulation
+
+        if gravity != "tree":
+            raise ValueError(f"memory_budget: out of core runs gravity='tree' only, got gravity={gravity!r}")
+        if integrator not in (None, "leapfrog"):
+            raise ValueError(f"memory_budget: out of core runs the leapfrog only, got integrator={integrator!r}")
+        for name, allowed in (("backend", ("auto", "cpu")), ("comm", (None,)), ("eta", (None,)), ("eta_s", (None,)),
+                              ("dt_max", (None,))):
+            if kwargs.get(name, allowed[0]) not in allowed:
+                raise ValueError(f"{name}={kwargs[name]!r}: not available out of core (memory_budget: one process, "
+                                 "the CPU, the leapfrog)")
+            kwargs.pop(name, None)
+        return OutOfCoreSimulation(particles, scratch, memory_budget, **kwargs)
+
     def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
                  eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
                  threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
                  dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 theta: float | None = None, comm: Any = None):
+                 theta: float | None = None, comm: Any = None, memory_budget: None = None, scratch: None = None):
+        # memory_budget and scratch (both None here) select an out-of-core run in __new__
         self._setup(particles, gravity, integrator, eps=eps, G=G, backend=backend, precision=precision,
                     threads=threads, integrator_params={"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt},
                     t0=t0, gravity_params={"theta": theta}, comm=comm, restart=None)
@@ -260,12 +279,6 @@ class Simulation:
     def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray:
         return self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G)
 
-    def energy_error(self) -> float:
-        """Relative energy error against the start of the run: (E - E0) / |E0|, or
-        (E - E0) / (|K0| + |W0|) when E0 == 0 (``diagnostics.relative_energy_error``).
-        With several MPI ranks this (like :meth:`energy`) is collective: call it on every rank."""
-        return diagnostics.relative_energy_error(self.energy(), self.config.initial_energy())
-
     def _raw_timings(self) -> Timings:
         c = self._core.counters()
         s = self._source.stats
@@ -284,131 +297,14 @@ class Simulation:
         """Wall time of the start-up (the first force evaluation on all particles)."""
         return self._startup.total
 
-    # ---- evolution -------------------------------------------------------------------
-    def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
-               out: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> None:
-        """Advance to ``t_end`` (any time not before ``time``; it is reached exactly).
+    # ---- evolution (the loop is RunLoop.evolve) ------------------------------------------
+    def _advance_to(self, t: float) -> None:
+        self._core.evolve_to(t)
 
-        Snapshots and checkpoints go to the run directory ``out`` at t0 + k * interval and,
-        when their interval is given, at ``t_end`` too, so a run always ends with its final
-        state on disk. Files are numbered in the order written (``snapshot_0001.h5``, ...).
-        Stops on the integrator's grid (``grid_origin`` + k * ``quantum``) cost nothing
-        extra; any other stop synchronizes all particles there with one extra force
-        evaluation on all of them (Hermite: a shortened last step for each particle; leapfrog:
-        one shortened step), and later steps count from it.
-
-        ``out`` may not hold another run's files (snapshots, checkpoints, diagnostics.csv)
-        unless this Simulation was resumed from it or wrote them itself: continue such a run
-        with :meth:`resume`, choose a new directory, or pass ``overwrite=True`` to delete
-        that run's files first.
-        """
-        t_end = _finite_time("t_end", t_end)
-        if t_end < self.time and not self._same_time(t_end, self.time):
-            raise ValueError(f"t_end: {t_end} is before the current time {self.time}")
-        cadences: dict[str, float | None] = {}
-        for name, every in (("snapshot", snapshot_every), ("checkpoint", checkpoint_every)):
-            cadences[name] = None if every is None else check_positive_scalar(f"{name}_every", every, allow_zero=False)
-        if out is None and any(v is not None for v in cadences.values()):
-            raise ValueError("out: snapshot_every / checkpoint_every need an output directory")
-        out_dir = self._claim_run_dir(out, overwrite) if out is not None else None
-        self.config.evolve = {"t_end": t_end, "snapshot_every": cadences["snapshot"],
-                              "checkpoint_every": cadences["checkpoint"], "out": str(out_dir) if out_dir else None}
-        row_every = self.quantum * max(1, math.floor((t_end - self.config.t0) / (50 * self.quantum) + 1e-9))
-        with _progress_bar(progress and parallel.is_root(self.comm), self.time, t_end) as bar:
-            while (stop := self._next_stop(t_end, cadences, row_every)) is not None:
-                t_stop, what = stop
-                self._core.evolve_to(t_stop)
-                if what or self._same_time(t_stop, t_end) or self._row_due():
-                    self._record()
-                    self._write_outputs(out_dir, what)
-                    bar(self.time, self.timings.steps, self.history[-1]["energy_error"])
-
-    def _row_due(self) -> bool:
-        """Whether a diagnostics row is due at a stop that writes no file. A row costs about
-        force evaluations on all N (the float64 potential), so one is recorded only when the
-        steps since the last row did the gravity kind's ``row_work`` force evaluations' worth
-        of particle steps: rows then take at most ~5% of a run. Particle steps are deterministic, so a
-        resumed run records the same rows."""
-        last = self.history[-1]["particle_steps"] if self.history else 0
-        done = self._steps_before[1] + self.timings.particle_steps
-        return done - last >= self._kind.row_work * len(self._mass)
-
-    def _same_time(self, a: float, b: float) -> bool:
-        """Two times closer than rounding of the step grid: the same stop."""
-        return abs(a - b) <= 1e-9 * self.quantum
-
-    def _next_stop(self, t_end: float, cadences: dict[str, float | None], row_every: float
-                   ) -> tuple[float, set[str]] | None:
-        """The next stop after now, up to ``t_end``, and the files due there; None at t_end.
-
-        Output times are t0 + k * interval. Candidates for diagnostics rows come about every
-        1/50 of the run (``row_every``, a multiple of the quantum) on the integrator's grid,
-        so they never cost a synchronization, and counted from the grid origin (not from
-        now), so a resumed run records the same rows as an uninterrupted one; a candidate
-        becomes a row when :meth:`_row_due`. Found one stop at a time,
-        because an off-grid stop moves the grid origin.
-        """
-        now = self.time
-        if t_end <= now or self._same_time(t_end, now):
-            return None
-        due = {name: _after(now, self.config.t0, every, self.quantum) for name, every in cadences.items() if every}
-        origin = self.grid_origin
-        row = _after(now, origin, row_every, self.quantum)
-        t_stop = min([t_end, row, *due.values()])
-        if self._same_time(t_stop, t_end):  # the end: every file kind that is on
-            return t_end, {name for name in due}
-        return t_stop, {name for name, t in due.items() if self._same_time(t, t_stop)}
-
-    def _write_outputs(self, out_dir: Path | None, what: set[str]) -> None:
-        """Write the files due at this stop, numbered in the order written (the counts are
-        part of the run config, so a resumed run continues the numbering)."""
-        counts = self.config.outputs
-        for name in what:  # count first: a checkpoint records the snapshot written beside it
-            counts[name] = counts.get(name, 0) + 1
-        # several ranks write a multi-file set: a folder of one file per rank (io.sets)
-        ext = ".h5" if self.comm is None else ""
-        if "snapshot" in what:
-            self.write_snapshot(out_dir / f"snapshot_{counts['snapshot']:04d}{ext}")
-        if "checkpoint" in what:
-            self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}{ext}")
-        if out_dir is not None and parallel.is_root(self.comm):
-            self._write_diagnostics(out_dir / "diagnostics.csv")
-
-    def _claim_run_dir(self, out: str | Path, overwrite: bool) -> Path:
-        """``out`` as this run's directory, created if missing; refuses one that holds another
-        run unless ``overwrite`` (then that run's files are deleted first). With several
-        ranks, rank 0 decides and acts, and the others raise the same error if it fails."""
-        if self.comm is None:
-            return self._claim_run_dir_here(out, overwrite)
-        error = None
-        if parallel.is_root(self.comm):
-            try:
-                self._claim_run_dir_here(out, overwrite)
-            except (OSError, ValueError) as exc:
-                error = exc
-        error = self.comm.bcast(error, root=0)  # a small control message: pickling is fine
-        if error is not None:
-            raise error
-        self._run_dir = Path(out).resolve()
-        return Path(out)
-
-    def _claim_run_dir_here(self, out: str | Path, overwrite: bool) -> Path:
-        d = Path(out)
-        if d.exists() and not d.is_dir():
-            raise ValueError(f"out: {d} is a file, not a run directory")
-        if self._run_dir is not None and d.resolve() == self._run_dir:
-            return d
-        old = run_files(d)
-        if old and not overwrite:
-            raise FileExistsError(
-                f"{d}: holds another run ({len(old)} files, e.g. {old[0].name}); continue it with "
-                f"--resume {d} (Simulation.resume), choose a new directory, or replace it with "
-                "--overwrite (overwrite=True)")
-        for f in old:
-            shutil.rmtree(f) if f.is_dir() else f.unlink()
-        d.mkdir(parents=True, exist_ok=True)
-        self._run_dir = d.resolve()
-        return d
+    @property
+    def n(self) -> int:
+        """The number of particles."""
+        return len(self._mass)
 
     def _record(self) -> None:
         p = self.particles
@@ -456,21 +352,25 @@ class Simulation:
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters(),
                                   integrator_state=state)
 
-    def _write_diagnostics(self, path: Path) -> None:
-        buf = _stdio.StringIO()
-        # rows restored from a checkpoint have no wall-clock columns: left empty
-        writer = csv.DictWriter(buf, fieldnames=list(self.history[-1]), restval="")
-        writer.writeheader()
-        writer.writerows(self.history)
-        with atomic_open(path, "w", newline="") as fh:
-            fh.write(buf.getvalue())
-
     @classmethod
-    def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None) -> Simulation:
+    def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,
+               memory_budget: str | int | None = None, scratch: str | Path | None = None) -> Simulation:
         """Continue from the newest checkpoint in ``out`` (same backend and precision as
         the original run; ``threads`` defaults to the original run's; ``comm`` as for the
-        constructor: the same number of ranks continues bit for bit, another one correctly)."""
+        constructor: the same number of ranks continues bit for bit, another one correctly).
+        An out-of-core run's checkpoint resumes out of core
+        (:meth:`OutOfCoreSimulation.resume`; ``memory_budget`` and ``scratch`` default to the
+        original run's)."""
         path = latest_checkpoint(out)
+        if _is_out_of_core_checkpoint(path):
+            from gravpipe.ooc_simulation import OutOfCoreSimulation
+
+            if comm is not None:
+                raise ValueError(f"{path}: an out-of-core run resumes in one process (comm must be None)")
+            return OutOfCoreSimulation.resume(out, scratch=scratch, memory_budget=memory_budget, threads=threads)
+        if memory_budget is not None or scratch is not None:
+            raise ValueError(f"{path}: the run in {out} is in core; memory_budget and scratch apply to out-of-core "
+                             "runs only")
         snap = gio.read_snapshot(path)
         if snap.integrator_state is None or "run_config" not in snap.parameters:
             raise ValueError(f"{path}: not a gravpipe checkpoint (no integrator state)")
@@ -491,6 +391,15 @@ class Simulation:
         return sim
 
 
+def _is_out_of_core_checkpoint(path: Path) -> bool:
+    """Whether a checkpoint file is an out-of-core run's (read from its /Parameters only)."""
+    if not path.is_file():
+        return False  # a multi-file set: an MPI run
+    with gio.open_blocks(path) as snap:
+        raw = snap.parameters.get("run_config")
+    return bool(raw) and bool(json.loads(raw).get("out_of_core"))
+
+
 def _legacy_output_counts(config: RunConfig, checkpoint: Path, time: float) -> dict[str, int]:
     """Files written before a checkpoint of gravpipe 0.1.0, which numbered them by time."""
     every = config.evolve.get("snapshot_every")
@@ -498,72 +407,3 @@ def _legacy_output_counts(config: RunConfig, checkpoint: Path, time: float) -> d
     return {"snapshot": snapshots, "checkpoint": int(checkpoint.stem.split("_")[-1])}
 
 
-def run_files(d: str | Path) -> list[Path]:
-    """The files of a run in directory ``d`` (snapshots, checkpoints, diagnostics.csv)."""
-    d = Path(d)
-    if not d.is_dir():
-        return []
-    files = [f for pattern in RUN_FILE_PATTERNS for f in d.glob(pattern) if f.is_file()]
-    sets = [f for pattern in RUN_SET_PATTERNS for f in d.glob(pattern) if f.is_dir()]
-    return sorted(files + sets)
-
-
-def _finite_time(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name}: must be finite, got {value!r}")
-    return v
-
-
-def _after(now: float, origin: float, every: float, quantum: float) -> float:
-    """The first origin + k * every after ``now`` (one within rounding of now is now)."""
-    k = math.floor((now - origin) / every + 1e-9 * quantum / every) + 1
-    return origin + k * every
-
-
-def latest_checkpoint(out: str | Path) -> Path:
-    """The newest checkpoint file in a run directory (by its index)."""
-    d = Path(out)
-    if not d.is_dir():
-        raise FileNotFoundError(f"{d}: no such run directory")
-    # single files (serial runs) and set folders (MPI runs) share one numbering
-    found = sorted([f for f in d.glob(CHECKPOINT_GLOB) if f.is_file()] +
-                   [f for f in d.glob(CHECKPOINT_SET_GLOB) if f.is_dir()], key=_output_index)
-    if not found:
-        raise FileNotFoundError(f"{d}: no checkpoint_*.h5 (or checkpoint_* set) to resume from")
-    return found[-1]
-
-
-def _output_index(path: Path) -> int:
-    return int(path.name.split(".")[0].split("_")[-1])
-
-
-class _progress_bar:
-    """A rich progress bar when ``enabled`` and stdout is a terminal; otherwise nothing."""
-
-    def __init__(self, enabled: bool, t_start: float, t_end: float):
-        import sys
-
-        self.enabled = enabled and sys.stdout.isatty()
-        self.t_start, self.t_end = t_start, t_end
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda *a: None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self._p = Progress(TextColumn("t = {task.fields[t]:.4g}"), BarColumn(),
-                           TextColumn("steps {task.fields[steps]:,}  dE/E {task.fields[de]:.2e}"),
-                           TimeRemainingColumn())
-        self._p.start()
-        task = self._p.add_task("evolve", total=max(self.t_end - self.t_start, 1e-300), t=self.t_start,
-                                steps=0, de=0.0)
-        return lambda t, steps, de: self._p.update(task, completed=t - self.t_start, t=t, steps=steps, de=de)
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self._p.stop()
-        return False

@@ -11,6 +11,7 @@
 // BudgetError naming the least budget that works.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
@@ -27,9 +28,10 @@ class PagedTree {
   /// core), BudgetError when the cells do not fit.
   PagedTree(ParticleStore& store, const TreeParams& params);
 
-  /// Self-gravity of every particle of the store (self excluded) into its fields "acc" and
-  /// "pot" (curve order), as Tree::self_forces computes it.
-  void self_forces();
+  /// Self-gravity of every particle of the store (self excluded) into its fields `acc_field`
+  /// and `pot_field` (curve order), as Tree::self_forces computes it. An empty `acc_field`
+  /// writes only the potentials (diagnostics: the run's accelerations stay untouched).
+  void self_forces(const std::string& acc_field = "acc", const std::string& pot_field = "pot");
 
   const TreeStats& stats() const { return stats_; }
   const TreeNodes& nodes() const { return nodes_; }

@@ -82,13 +82,13 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params)
   stats_.leaves = static_cast<std::uint64_t>(std::count(nodes_.first_child.begin(), nodes_.first_child.end(), -1));
 }
 
-void PagedTree::self_forces() {
+void PagedTree::self_forces(const std::string& acc_field, const std::string& pot_field) {
   const auto t_start = Clock::now();
   const Reservation lists = store_.budget().reserve(list_bytes(nodes_.count(), threads_),
                                                     "the interaction lists of " + std::to_string(threads_) + " threads");
   const std::vector<Group> groups = self_groups(nodes_, groups_);
   const PagedParticles particles(store_, "pos", "mass", threads_);
-  const StoreResults results(store_, threads_);
+  const StoreResults results(store_, threads_, acc_field, pot_field);
   // every i-particle excludes itself (exclude_self): no array of N indices
   const GroupEvaluation<PagedParticles, PagedParticles, StoreResults> e{
       nodes_, params_, isa_, particles, particles, {}, results, true};

@@ -1,11 +1,15 @@
 // Results of a tree evaluation written to the out-of-core store (paged_tree.cpp): each thread
 // collects its run's accelerations and potentials (i order = curve order = the store's
-// order) and writes them to the fields "acc" and "pot" when the run ends. The results type
-// of GroupEvaluation (tree_runs.hpp), beside CallerResults.
+// order) and writes them to the store's fields (by default "acc" and "pot"; a diagnostic
+// evaluation writes only its potential to another field, so that the run's forces stay)
+// when the run ends. The results type of GroupEvaluation (tree_runs.hpp), beside
+// CallerResults.
 #pragma once
 #include <omp.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gravpipe/error.hpp"
@@ -16,7 +20,12 @@ namespace gravpipe {
 
 class StoreResults {
  public:
-  StoreResults(ParticleStore& store, int threads) : store_(store), buffers_(static_cast<std::size_t>(threads)) {}
+  /// `acc_field` empty: the accelerations are not written.
+  StoreResults(ParticleStore& store, int threads, std::string acc_field = "acc", std::string pot_field = "pot")
+      : store_(store),
+        acc_field_(std::move(acc_field)),
+        pot_field_(std::move(pot_field)),
+        buffers_(static_cast<std::size_t>(threads)) {}
 
   void begin_run(const Group& run) const {
     Buffer& b = mine();
@@ -32,8 +41,8 @@ class StoreResults {
   void end_run(const Group& run) const {
     Buffer& b = mine();
     const std::int64_t n = run.i_end - run.i_begin;
-    store_.write("acc", run.i_begin, n, b.acc.data());
-    store_.write("pot", run.i_begin, n, b.pot.data());
+    if (!acc_field_.empty()) store_.write(acc_field_, run.i_begin, n, b.acc.data());
+    store_.write(pot_field_, run.i_begin, n, b.pot.data());
   }
   bool wants_cost() const { return false; }
   void put_cost(std::int64_t, std::int64_t) const {}
@@ -49,6 +58,7 @@ class StoreResults {
     return buffers_[t];
   }
   ParticleStore& store_;
+  const std::string acc_field_, pot_field_;
   mutable std::vector<Buffer> buffers_;
 };
 

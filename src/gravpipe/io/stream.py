@@ -15,6 +15,13 @@ The layout is ``write_snapshot``'s (GADGET-4, ``fields``), with chunked datasets
 Writing is atomic as for ``write_snapshot``: the file appears under its name only once
 all n particles are written and synced; a writer that stops early (an exception, fewer
 particles than announced) leaves no file behind.
+
+A checkpoint of any N (the out-of-core run's) streams its per-particle integrator state the
+same way: ``streamed_snapshot(..., integrator_state={...scalars...},
+per_particle_state={"acc": (3, "f8"), "index": (1, "i8")})`` and
+``out.write(block, state={"acc": rows, "index": rows})``. Those arrays go to ``/Integrator``
+as flat datasets (n * width entries, attribute ``per_particle`` = width, as in multi-file
+sets) and come back block by block with ``BlockReader.state_rows``.
 """
 
 from __future__ import annotations
@@ -29,12 +36,15 @@ import h5py
 import numpy as np
 
 from gravpipe.io.atomic import atomic_path
-from gravpipe.io.fields import GRAVPIPE_PART_TYPE, HEADER_GROUP, PARAMETERS_GROUP, PARTICLE_FIELDS, part_group_name
+from gravpipe.io.fields import (GRAVPIPE_PART_TYPE, HEADER_GROUP, INTEGRATOR_GROUP, PARAMETERS_GROUP, PARTICLE_FIELDS,
+                                part_group_name)
 from gravpipe.io.snapshot import (
     Scalar,
     SnapshotError,
     _attrs_to_dict,
+    _check_key,
     _checked_dataset,
+    _checked_state,
     _checked_part_type,
     _existing_file,
     _finite_float,
@@ -46,6 +56,7 @@ from gravpipe.io.snapshot import (
     _read_header,
     _write_attrs,
     _write_header,
+    _write_integrator,
 )
 from gravpipe.particles import Particles
 
@@ -57,15 +68,28 @@ CHUNK_ROWS = 1 << 16
 
 # the fields a streamed snapshot holds, by Particles attribute (``fields.PARTICLE_FIELDS``)
 _STREAMED = ("pos", "vel", "mass", "id")
+#: attribute of an /Integrator dataset holding ``per_particle`` entries for each particle
+#: (the name multi-file sets use for the state they split)
+PER_PARTICLE = "per_particle"
 
 
 class BlockWriter:
     """Appends blocks of particles to the datasets of one open snapshot file."""
 
-    def __init__(self, group: h5py.Group, n: int):
+    def __init__(self, group: h5py.Group, n: int, state_group: h5py.Group | None = None,
+                 per_particle_state: Mapping[str, tuple[int, str]] | None = None):
         self.n = n
         self.written = 0
         self._datasets: dict[str, h5py.Dataset] = {}
+        self._state: dict[str, tuple[h5py.Dataset, int]] = {}
+        for name, (width, dtype) in (per_particle_state or {}).items():
+            _check_key("per_particle_state", name)
+            if not (isinstance(width, (int, np.integer)) and width >= 1):
+                raise ValueError(f"per_particle_state[{name!r}]: width must be an integer >= 1, got {width!r}")
+            ds = state_group.create_dataset(name, shape=(n * width,), dtype=np.dtype(dtype),
+                                            chunks=(min(n, CHUNK_ROWS) * width,))
+            ds.attrs[PER_PARTICLE] = int(width)
+            self._state[name] = (ds, int(width))
         for field in PARTICLE_FIELDS:
             if field.source in _STREAMED:
                 shape = field.shape(n)
@@ -75,21 +99,41 @@ class BlockWriter:
                 ds.attrs["description"] = field.description
                 self._datasets[field.source] = ds
 
-    def write(self, block: Particles) -> None:
-        """Write ``block`` (a Particles set) as the next ``block.n`` particles of the file.
+    def write(self, block: Particles, state: Mapping[str, np.ndarray] | None = None) -> None:
+        """Write ``block`` (a Particles set) as the next ``block.n`` particles of the file,
+        and their rows of every per-particle state array announced (``state``: name ->
+        array of block.n * width entries, or (block.n, width)).
 
         Raises TypeError for a non-Particles block, ValueError when it would go past the n
-        announced, or for a negative id (ParticleIDs are uint64)."""
+        announced, for a negative id (ParticleIDs are uint64), or for state arrays that are
+        missing, unannounced or of the wrong size."""
         if not isinstance(block, Particles):
             raise TypeError(f"block: expected gravpipe.Particles, got {type(block).__name__}")
         start, stop = self.written, self.written + block.n
         if stop > self.n:
             raise ValueError(f"block of {block.n} particles after {start} written goes past the "
                              f"{self.n} particles announced for this snapshot")
+        rows = self._state_rows(state or {}, block.n)
         arrays = {"pos": block.pos, "vel": block.vel, "mass": block.mass, "id": _ids_for_file(block.id)}
         for source, ds in self._datasets.items():
             ds[start:stop] = arrays[source]
+        for name, (ds, width) in self._state.items():
+            ds[start * width:stop * width] = rows[name]
         self.written = stop
+
+    def _state_rows(self, state: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        unknown = sorted(set(state) - set(self._state))
+        missing = sorted(set(self._state) - set(state))
+        if unknown or missing:
+            raise ValueError(f"state: per-particle arrays {missing} missing, {unknown} not announced "
+                             f"(announced: {sorted(self._state)})")
+        rows = {}
+        for name, (ds, width) in self._state.items():
+            a = np.asarray(state[name])
+            if a.size != n * width:
+                raise ValueError(f"state[{name!r}]: expected {n} x {width} entries for this block, got shape {a.shape}")
+            rows[name] = a.reshape(-1).astype(ds.dtype, copy=False)
+        return rows
 
     def check_complete(self) -> None:
         if self.written != self.n:
@@ -99,11 +143,16 @@ class BlockWriter:
 
 @contextmanager
 def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
-                      parameters: Mapping[str, Scalar] | None = None) -> Iterator[BlockWriter]:
+                      parameters: Mapping[str, Scalar] | None = None,
+                      integrator_state: Mapping[str, np.ndarray | Scalar] | None = None,
+                      per_particle_state: Mapping[str, tuple[int, str]] | None = None) -> Iterator[BlockWriter]:
     """Open a snapshot of ``n`` particles at ``time`` for writing block by block.
 
     Yields a :class:`BlockWriter`; the file is renamed into place at ``path`` when the
     block ends with all n particles written. ``parameters`` as for ``write_snapshot``.
+    A checkpoint: ``integrator_state`` (scalars and small arrays, as for ``write_snapshot``)
+    and ``per_particle_state`` ({name: (entries per particle, dtype)}, each block's rows
+    given to ``BlockWriter.write``) go to ``/Integrator``.
     Errors as ``write_snapshot`` (ValueError before anything is written, OSError naming
     ``path`` and the reason); ValueError when fewer than n particles were written.
     """
@@ -111,10 +160,19 @@ def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
         raise ValueError(f"n: expected an integer >= 1, got {n!r}")
     time_f = _finite_float("time", time)
     params = _parameters_for_file(parameters)
+    state = None if integrator_state is None else _checked_state(integrator_state)
+    clash = sorted(set(state or {}) & set(per_particle_state or {}))
+    if clash:
+        raise ValueError(f"integrator_state and per_particle_state both name {clash}")
+    checkpoint = state is not None or bool(per_particle_state)
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
             _write_header(f.create_group(HEADER_GROUP), int(n), time_f)
-            writer = BlockWriter(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), int(n))
+            state_group = f.create_group(INTEGRATOR_GROUP, track_order=True) if checkpoint else None
+            writer = BlockWriter(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), int(n), state_group,
+                                 per_particle_state)
+            if state:
+                _write_integrator(state_group, state)
             _write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True), params)
             yield writer
             writer.check_complete()
@@ -141,6 +199,35 @@ class BlockReader:
         self._where = where
         params = f.get(PARAMETERS_GROUP)
         self.parameters: dict[str, Any] = _attrs_to_dict(params.attrs) if params is not None else {}
+        state = f.get(INTEGRATOR_GROUP)
+        self._state_group = state if isinstance(state, h5py.Group) else None
+
+    @property
+    def integrator_scalars(self) -> dict[str, Any] | None:
+        """The checkpoint's ``/Integrator`` attributes and its datasets that are not per
+        particle (whole: they are small), or None for a snapshot."""
+        g = self._state_group
+        if g is None:
+            return None
+        out = _attrs_to_dict(g.attrs)
+        out.update({k: ds[...] for k, ds in g.items() if isinstance(ds, h5py.Dataset) and PER_PARTICLE not in ds.attrs})
+        return out
+
+    def state_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of the per-particle integrator array ``name``: (stop - start,)
+        or (stop - start, width), its dtype. SnapshotError if it is missing or malformed."""
+        g = self._state_group
+        ds = g.get(name) if g is not None else None
+        where = f"{self.path}: /{INTEGRATOR_GROUP}/{name}"
+        if not isinstance(ds, h5py.Dataset) or PER_PARTICLE not in ds.attrs:
+            raise SnapshotError(f"{where}: no per-particle integrator array of that name")
+        width = int(ds.attrs[PER_PARTICLE])
+        if width < 1 or ds.shape != (self.n * width,):
+            raise SnapshotError(f"{where}: shape {ds.shape}, expected ({self.n} x {width},)")
+        if not (0 <= start <= stop <= self.n):
+            raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
+        rows = ds[start * width:stop * width]
+        return rows.reshape(-1, width) if width > 1 else rows
 
     def blocks(self, rows: int) -> Iterator[Particles]:
         """Particles of at most ``rows`` each, in file order (float datasets as float64)."""

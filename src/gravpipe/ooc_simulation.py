@@ -1,0 +1,382 @@
+"""An out-of-core run: the leapfrog with the treecode on a paged store, with the in-core
+run's snapshots, checkpoints, diagnostics and resume.
+
+    sim = gp.Simulation(gp.ic.plummer(100_000, seed=1), gravity="tree", eps=1/64, dt=1/128,
+                        memory_budget="256MiB", scratch="/scratch")     # -> OutOfCoreSimulation
+    sim.evolve(1.0, snapshot_every=0.25, checkpoint_every=0.5, out="run/")
+    sim = gp.Simulation.resume("run/")                                 # bit for bit
+
+The particles live in the pages of a :class:`gravpipe.ooc.OutOfCore` store, never whole in
+memory: initial conditions come block by block (:meth:`OutOfCoreSimulation.from_snapshot`,
+:meth:`~OutOfCoreSimulation.from_blocks`, or in-memory ``Particles``), snapshots and
+checkpoints are streamed from the pages (chunked HDF5, the GADGET-4 layout), and the
+diagnostics rows are computed in passes over the pages (``streamed_diagnostics``).
+
+The same numbers as in core: for the same particles, parameters and thread count every step
+is the in-core tree leapfrog's bit for bit (``ooc``), and a run resumed from a checkpoint
+continues bit for bit, under any memory budget. The energy of a row uses the in-core run's
+diagnostic potential: a second tree at ``gravity.DIAGNOSTICS_THETA`` with float64 lists
+(written to the store's ``pot_check`` field, so the run's forces stay).
+
+Differences from the in-core :class:`~gravpipe.Simulation`, by design: one process (no MPI),
+the leapfrog only, the CPU only; files are in the store's curve order (every reader uses
+``ParticleIDs``); ``particles`` gathers every particle into memory (small runs and tests).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time as _time
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from gravpipe import diagnostics, integrators, streamed_diagnostics
+from gravpipe import gravity as gravity_registry
+from gravpipe import io as gio
+from gravpipe._validate import check_positive_scalar
+from gravpipe.ooc import OutOfCore, StepTimes
+from gravpipe.particles import Particles
+from gravpipe.run_loop import RunLoop, latest_checkpoint
+from gravpipe.simulation import LAGRANGIAN_FRACTIONS, RunConfig, Timings
+from gravpipe.store import DEFAULT_PAGE_BYTES, format_bytes, parse_byte_size
+from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
+
+__all__ = ["OutOfCoreSimulation"]
+
+#: rows per block when streaming the pages (diagnostics passes, files)
+BLOCK_ROWS = 1 << 20
+
+
+class OutOfCoreSimulation(RunLoop):
+    """A leapfrog run of the treecode out of core (see the module docstring).
+
+    Built by ``Simulation(particles, gravity="tree", memory_budget=..., scratch=...)``, by
+    :meth:`from_snapshot` (an IC file of any N, read block by block) or :meth:`from_blocks`
+    (IC blocks, e.g. ``ic.model_blocks``), and by :meth:`resume`. Parameters as for
+    ``Simulation`` (eps, G, precision, threads, dt, t0, theta) plus ``memory_budget``
+    ("4GiB" or bytes: everything that grows with N), ``scratch`` (directory of the scratch
+    file), ``page_bytes``, ``n_leaf`` and ``n_crit`` (the tree's; larger leaves need fewer
+    cells, hence less budget). Close it (or use ``with``) to remove the scratch file; a run
+    that fails removes it too.
+    """
+
+    # ---- construction ---------------------------------------------------------------------
+    def __init__(self, particles: Particles, scratch: str | os.PathLike, memory_budget: str | int, **kwargs: Any):
+        if not isinstance(particles, Particles):
+            raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
+        settings = _Settings.check(scratch, memory_budget, **kwargs)
+        run = OutOfCore.from_particles(particles, scratch, settings.budget, **settings.store_kwargs())
+        self._start(run, settings, restart=None)
+
+    @classmethod
+    def from_blocks(cls, blocks: Iterable[Particles], n: int, scratch: str | os.PathLike, memory_budget: str | int,
+                    **kwargs: Any) -> OutOfCoreSimulation:
+        """A run of ``n`` particles arriving as consecutive ``Particles`` blocks
+        (``ic.plummer_blocks``, ``ic.model_blocks``): initial conditions of any N drawn
+        straight into the pages."""
+        settings = _Settings.check(scratch, memory_budget, **kwargs)
+        run = OutOfCore.from_blocks(blocks, n, scratch, settings.budget, **settings.store_kwargs())
+        return cls._started(run, settings)
+
+    @classmethod
+    def from_snapshot(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
+                      **kwargs: Any) -> OutOfCoreSimulation:
+        """A run of the particles of a GADGET-layout snapshot, read block by block; ``t0``
+        defaults to the file's time."""
+        if kwargs.get("t0") is None:
+            with gio.open_blocks(path) as snap:
+                kwargs["t0"] = snap.time
+        settings = _Settings.check(scratch, memory_budget, **kwargs)
+        run = OutOfCore.from_snapshot(path, scratch, settings.budget, **settings.store_kwargs())
+        return cls._started(run, settings)
+
+    @classmethod
+    def _started(cls, run: OutOfCore, settings: _Settings) -> OutOfCoreSimulation:
+        sim = cls.__new__(cls)
+        sim._start(run, settings, restart=None)
+        return sim
+
+    def _start(self, run: OutOfCore, settings: _Settings,
+               restart: tuple[RunConfig, dict[str, Any], list[dict]] | None) -> None:
+        """Evaluate the first forces (a new run) and record the first row; or take over a
+        resumed run's config, step counters and history. Closes ``run`` on failure."""
+        self._run = run
+        self._kind = gravity_registry.GRAVITY["tree"]
+        self._settings = settings
+        self._steps_total = StepTimes()
+        self._startup_seconds = 0.0
+        self._interactions = 0
+        self._run_dir = None
+        try:
+            if restart is None:
+                self._origin, self._steps = settings.t0, 0
+                run.t = settings.t0
+                t0 = _time.perf_counter()
+                run.forces()
+                self._startup_seconds = _time.perf_counter() - t0
+                energy0 = self._energy_now()
+                self.config = RunConfig("tree", "leapfrog", {"dt": settings.dt}, settings.eps, settings.G, "cpu",
+                                        settings.precision, run.threads, settings.t0, energy0.total,
+                                        theta=settings.theta, kinetic0=energy0.kinetic,
+                                        potential0=energy0.potential, out_of_core=settings.record())
+                self.history: list[dict] = []
+                self._steps_before = (0, 0)
+                self._record(energy0)
+            else:
+                self.config, state, self.history = restart
+                self._origin, self._steps = float(state["grid_origin"]), int(state["steps"])
+                # every checkpoint records a row first: its counts are the run's so far
+                last = self.history[-1] if self.history else {}
+                self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
+        except BaseException:
+            run.close()
+            raise
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        """The current time (N-body time units): grid_origin + steps * dt, as in core."""
+        return self._origin + self._steps * self.quantum
+
+    @property
+    def grid_origin(self) -> float:
+        return self._origin
+
+    @property
+    def quantum(self) -> float:
+        """The leapfrog's step dt."""
+        return self.config.params["dt"]
+
+    @property
+    def n(self) -> int:
+        return self._run.n
+
+    @property
+    def backend(self) -> str:
+        return "cpu"
+
+    @property
+    def backend_detail(self) -> str:
+        r = self._run
+        return (f"isa={r.params['isa']}, threads={r.threads}, out of core: budget {format_bytes(r.plan.budget)}, "
+                f"cache {format_bytes(r.plan.cache)}, pages of {format_bytes(self._settings.page_bytes)} in "
+                f"{self._settings.scratch}")
+
+    @property
+    def provider(self) -> OutOfCore:
+        """The out-of-core tree and its store (counters: ``.stats``, ``.last`` step times)."""
+        return self._run
+
+    @property
+    def particles(self) -> Particles:
+        """Every particle at ``time`` in the order they were given, gathered into memory
+        (N x 64 bytes: for small runs and tests)."""
+        r = self._run
+        return Particles(r.gather("pos"), r.gather("vel"), r.gather("mass"), r.gather("id"))
+
+    @property
+    def timings(self) -> Timings:
+        """Time of the steps of this process (start-up excluded): host = kick-drift, the
+        external sort and the kick; compute = build, moments, walk + forces."""
+        s = self._steps_total
+        steps = self._steps_this_process
+        return Timings(host=s.kick_drift + s.sort + s.kick, transfer=0.0,
+                       compute=s.build + s.moments + s.walk_forces, total=s.total, steps=steps,
+                       particle_steps=steps * self.n, interactions=self._interactions)
+
+    @property
+    def startup_seconds(self) -> float:
+        return self._startup_seconds
+
+    _steps_this_process = 0
+
+    # ---- evolution (the loop is RunLoop.evolve) ------------------------------------------
+    def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
+               out: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> None:
+        """As :meth:`gravpipe.Simulation.evolve`. A failure while stepping or writing (a full
+        scratch disk, a corrupt page) closes the run: its scratch file is removed, the files
+        already written (checkpoints) stay as they were."""
+        if self._run.closed:
+            raise ValueError("this out-of-core run is closed (its scratch file is gone); resume it from a "
+                             "checkpoint")
+        try:
+            super().evolve(t_end, snapshot_every, checkpoint_every, out, progress, overwrite)
+        except BaseException:
+            if self._stepping:  # not a bad argument, which leaves the run intact
+                self.close()
+            raise
+        finally:
+            self._stepping = False
+
+    _stepping = False  # set once evolve has started to step (from then on a failure closes the run)
+
+    def _advance_to(self, t: float) -> None:
+        """Whole steps of dt to ``t``; off the grid, one shortened step to ``t`` that
+        becomes the new grid origin (the in-core leapfrog's evolve_to)."""
+        self._stepping = True
+        dt = self.quantum
+        want = (t - self._origin) / dt
+        whole = round(want)
+        on_grid = abs(want - whole) <= 1e-9 * max(1.0, abs(whole))
+        target = int(whole if on_grid else math.floor(want))
+        while self._steps < target:
+            self._step(dt)
+            self._steps += 1
+            self._run.t = self.time
+        if not on_grid:
+            self._step(t - self.time)
+            self._origin, self._steps = t, 0
+            self._run.t = t
+
+    def _step(self, dt: float) -> None:
+        st = self._run.step(dt)
+        total = self._steps_total
+        for f in ("kick_drift", "sort", "build", "moments", "walk_forces", "kick"):
+            setattr(total, f, getattr(total, f) + getattr(st, f))
+        total.bytes_read += st.bytes_read
+        total.bytes_written += st.bytes_written
+        ts = self._run.tree_stats
+        self._interactions += int(ts.pp_interactions + ts.pc_interactions)
+        self._steps_this_process += 1
+
+    # ---- diagnostics ---------------------------------------------------------------------
+    def _blocks(self, fields: list[str]):
+        return lambda: (blk for _, blk in self._run.blocks(fields, BLOCK_ROWS))
+
+    def _energy_now(self) -> diagnostics.Energy:
+        self._run.diagnostic_potential(gravity_registry.DIAGNOSTICS_THETA)
+        s = streamed_diagnostics.sums(self._blocks(["mass", "vel", "pot_check"]), {
+            "kinetic": streamed_diagnostics.kinetic_block,
+            "potential": lambda b: 0.5 * float(np.dot(b["mass"], b["pot_check"]))})
+        return diagnostics.Energy(kinetic=s["kinetic"], potential=s["potential"], total=s["kinetic"] + s["potential"])
+
+    def energy(self) -> diagnostics.Energy:
+        """Kinetic, potential and total energy now (the potential from the diagnostic tree,
+        as in core for gravity="tree"), in passes over the pages."""
+        return self._energy_now()
+
+    def _record(self, energy: diagnostics.Energy | None = None) -> None:
+        e = energy if energy is not None else self._energy_now()
+        radii = streamed_diagnostics.lagrangian_radii(self._blocks(["pos", "mass"]), LAGRANGIAN_FRACTIONS)
+        t = self.timings
+        row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
+               "energy_error": diagnostics.relative_energy_error(e, self.config.initial_energy()),
+               "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
+        row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
+        steps0, psteps0 = self._steps_before
+        row.update({"steps": steps0 + t.steps, "particle_steps": psteps0 + t.particle_steps,
+                    "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
+        self.history.append(row)
+
+    # ---- files ---------------------------------------------------------------------------
+    def _parameters(self) -> dict[str, Any]:
+        c = self.config
+        return {"integrator": c.integrator, "gravity": c.gravity, "eps": c.eps, "G": c.G,
+                "precision": c.precision, "backend": "cpu", "out_of_core": 1,
+                "run_config": json.dumps(asdict(c))}
+
+    def write_snapshot(self, path: str | Path) -> Path:
+        """The particles at ``time`` as a GADGET-layout snapshot streamed from the pages
+        (store order; written atomically); returns the path."""
+        self._run.write_snapshot(path, BLOCK_ROWS, parameters=self._parameters())
+        return Path(path)
+
+    def write_checkpoint(self, path: str | Path) -> Path:
+        """A snapshot plus the exact state (the forces of the last evaluation, the caller's
+        order, the curve keys, the step counters) and the diagnostics history, streamed."""
+        state: dict[str, Any] = {"steps": np.int64(self._steps), "grid_origin": float(self._origin)}
+        keys = [k for k in self.history[0] if not k.startswith("seconds_")]
+        for k in keys:
+            state[f"history_{k}"] = np.array([row[k] for row in self.history])
+        self._run.write_checkpoint(path, self._parameters(), state, BLOCK_ROWS)
+        return Path(path)
+
+    @classmethod
+    def resume(cls, out: str | Path, *, scratch: str | os.PathLike | None = None,
+               memory_budget: str | int | None = None, threads: int | None = None) -> OutOfCoreSimulation:
+        """Continue from the newest checkpoint in ``out``, read block by block into a new
+        store: bit for bit the uninterrupted run (with the original thread count, the
+        default; any budget, scratch directory or page size). ``scratch`` and
+        ``memory_budget`` default to the original run's."""
+        path = latest_checkpoint(out)
+        with gio.open_blocks(path) as snap:
+            params, scalars = snap.parameters, snap.integrator_scalars
+        if scalars is None or "run_config" not in params:
+            raise ValueError(f"{path}: not a gravpipe checkpoint (no integrator state)")
+        raw = json.loads(params["run_config"])
+        if not raw.get("out_of_core"):
+            raise ValueError(f"{path}: an in-core run's checkpoint; resume it with Simulation.resume")
+        config = RunConfig(**raw)
+        ooc = dict(config.out_of_core)
+        history_cols = {k[len("history_"):]: v for k, v in scalars.items() if k.startswith("history_")}
+        rows = len(next(iter(history_cols.values()))) if history_cols else 0
+        history = [{k: v[i].item() for k, v in history_cols.items()} for i in range(rows)]
+        settings = _Settings.check(scratch if scratch is not None else ooc["scratch"],
+                                   memory_budget if memory_budget is not None else ooc["memory_budget"],
+                                   eps=config.eps, G=config.G, precision=config.precision,
+                                   threads=threads if threads is not None else config.threads,
+                                   dt=config.params["dt"], t0=config.t0, theta=config.theta,
+                                   page_bytes=ooc["page_bytes"], n_leaf=ooc["n_leaf"], n_crit=ooc["n_crit"])
+        run = OutOfCore.from_checkpoint(path, settings.scratch, settings.budget, BLOCK_ROWS,
+                                        **settings.store_kwargs())
+        sim = cls.__new__(cls)
+        sim._start(run, settings, restart=(config, scalars, history))
+        sim._run_dir = Path(out).resolve()
+        return sim
+
+    # ---- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove the scratch file (the run cannot step any more)."""
+        self._run.close()
+
+    def __enter__(self) -> OutOfCoreSimulation:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OutOfCoreSimulation(n={self.n}, t={self.time:g}, {self._run!r})"
+
+
+class _Settings:
+    """The checked parameters of an out-of-core run."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+    @classmethod
+    def check(cls, scratch: str | os.PathLike, memory_budget: str | int, *, eps: float = 1 / 64, G: float = 1.0,
+              precision: str = "mixed", threads: int | None = None, dt: float | None = None, t0: float = 0.0,
+              theta: float | None = None, page_bytes: str | int = DEFAULT_PAGE_BYTES, n_leaf: int = DEFAULT_N_LEAF,
+              n_crit: int = DEFAULT_N_CRIT) -> _Settings:
+        if scratch is None or memory_budget is None:
+            raise ValueError("memory_budget and scratch go together (an out-of-core run needs both)")
+        if not Path(scratch).is_dir():
+            raise ValueError(f"scratch: {scratch} is not a directory")
+        _, params = integrators.resolve("leapfrog", {"dt": dt})
+        _, gparams = gravity_registry.resolve("tree", {"theta": theta})
+        if not math.isfinite(float(t0)):
+            raise ValueError(f"t0: must be finite, got {t0!r}")
+        return cls(scratch=str(scratch), budget=parse_byte_size(memory_budget), page_bytes=parse_byte_size(page_bytes),
+                   eps=check_positive_scalar("eps", eps), G=float(G), precision=precision, threads=threads,
+                   dt=float(params["dt"]), t0=float(t0), theta=float(gparams["theta"]), n_leaf=int(n_leaf),
+                   n_crit=int(n_crit))
+
+    def store_kwargs(self) -> dict[str, Any]:
+        """The OutOfCore constructor's parameters."""
+        return dict(eps=self.eps, G=self.G, theta=self.theta, threads=self.threads, precision=self.precision,
+                    page_bytes=self.page_bytes, n_leaf=self.n_leaf, n_crit=self.n_crit)
+
+    def record(self) -> dict[str, Any]:
+        """What RunConfig.out_of_core keeps (a resumed run's defaults)."""
+        return {"memory_budget": self.budget, "scratch": os.path.abspath(self.scratch), "page_bytes": self.page_bytes,
+                "n_leaf": self.n_leaf, "n_crit": self.n_crit}
