@@ -43,8 +43,7 @@ from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
 from gravpipe.ooc import OutOfCore, StepTimes
 from gravpipe.particles import Particles
-from gravpipe.run_loop import RunLoop, latest_checkpoint
-from gravpipe.simulation import LAGRANGIAN_FRACTIONS, RunConfig, Timings
+from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings, latest_checkpoint
 from gravpipe.store import DEFAULT_PAGE_BYTES, format_bytes, parse_byte_size
 from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,79 +28,16 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.parallel import consistency
 from gravpipe.particles import Particles
 
-# run_files and latest_checkpoint are public here too (the CLI and users import them from here)
-from gravpipe.run_loop import RunLoop, latest_checkpoint, run_files  # noqa: F401
-
-LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
-
-
-@dataclass
-class Timings:
-    """Wall time of the run so far, split as in the GRAPE time model (seed 000, eqs. 5-14).
-
-    host: predict, correct, schedule, bookkeeping (T_host); transfer: pipeline j/i writes
-    and result reads including format conversion (T_comm); compute: the force kernels
-    (T_grape); comm: between MPI ranks (the reduction of partial forces; 0 in one process).
-    Seconds; ``steps`` are blocks (Hermite) or shared steps (leapfrog).
-    """
-
-    host: float = 0.0
-    transfer: float = 0.0
-    compute: float = 0.0
-    total: float = 0.0
-    steps: int = 0
-    particle_steps: int = 0
-    interactions: int = 0
-    comm: float = 0.0
-
-    @property
-    def host_transfer_share(self) -> float:
-        denom = self.host + self.transfer + self.compute + self.comm
-        return (self.host + self.transfer) / denom if denom > 0 else 0.0
-
-    @property
-    def particle_steps_per_second(self) -> float:
-        return self.particle_steps / self.total if self.total > 0 else 0.0
-
-    def __str__(self) -> str:
-        return (f"steps {self.steps:,}, particle steps {self.particle_steps:,} "
-                f"({self.particle_steps_per_second:.3g}/s); host {self.host:.3f} s, transfer {self.transfer:.3f} s, "
-                f"compute {self.compute:.3f} s, " + (f"comm {self.comm:.3f} s, " if self.comm else "") +
-                f"total {self.total:.3f} s; host+transfer "
-                f"{100 * self.host_transfer_share:.1f}% of the step time")
-
-
-@dataclass
-class RunConfig:
-    """Everything needed to rebuild a Simulation (stored in each checkpoint)."""
-
-    gravity: str
-    integrator: str
-    params: dict[str, float]
-    eps: float
-    G: float
-    backend: str
-    precision: str
-    threads: int | None
-    t0: float
-    energy0: float  # total energy at t0
-    evolve: dict[str, Any] = field(default_factory=dict)  # t_end, cadences, out of the last evolve
-    theta: float | None = None  # opening angle of gravity="tree"
-    outputs: dict[str, int] = field(default_factory=dict)  # files written so far: snapshot, checkpoint
-    # K and W at t0, the scale of the energy error when energy0 == 0 (None in checkpoints
-    # written before they were stored, which all have energy0 != 0: such runs could not start)
-    kinetic0: float | None = None
-    potential0: float | None = None
-    # an out-of-core run's store settings (memory_budget and page_bytes in bytes, scratch,
-    # n_leaf, n_crit); None in core
-    out_of_core: dict[str, Any] | None = None
-
-    def initial_energy(self) -> diagnostics.Energy:
-        """The energy at t0 (K and W are NaN for checkpoints that did not store them)."""
-        nan = float("nan")
-        return diagnostics.Energy(kinetic=nan if self.kinetic0 is None else self.kinetic0,
-                                  potential=nan if self.potential0 is None else self.potential0,
-                                  total=self.energy0)
+# RunConfig, Timings, run_files and latest_checkpoint are public here too (users and the CLI
+# import them from here)
+from gravpipe.run_loop import (  # noqa: F401
+    LAGRANGIAN_FRACTIONS,
+    RunConfig,
+    RunLoop,
+    Timings,
+    latest_checkpoint,
+    run_files,
+)
 
 
 class Simulation(RunLoop):
