@@ -8,6 +8,7 @@ failure."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 from types import SimpleNamespace
 
@@ -209,3 +210,41 @@ def test_cells_beyond_the_plan_raise_memory_budget_error(tmp_path, monkeypatch):
             o.forces()
         assert e.value.least_budget > budget
     assert os.listdir(tmp_path) == []
+
+
+def _rss_mib() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB."""
+    got = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS", "VmHWM")):
+                key, value = line.split(":")
+                got[key] = int(value.split()[0]) / 1024
+    return got["VmRSS"], got["VmHWM"]
+
+
+def test_external_sort_stays_within_its_charged_buffer(tmp_path):
+    """What this proves: the sort's memory is what the budget charges for it. The peak RSS
+    during a sort of several runs (the OS's VmHWM, reset just before) exceeds the RSS before it
+    by at most the charged sort buffer plus the run sources (2 bytes a particle), with 8 MiB
+    of slack for buffers that do not grow with N; the runs' positions (24 bytes a particle of a run) used to stay allocated
+    through the merge, outside the budget."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pytest.skip("cannot reset VmHWM (/proc/self/clear_refs) here")
+    n, buffer = 2_000_000, 72 * 700_000  # several runs of <= 700k particles (72 bytes a particle)
+    p = gp.ic.plummer(n, seed=1)
+    with OutOfCore.from_particles(p, tmp_path, "512MiB", threads=2, sort_buffer=buffer) as o:
+        del p
+        ctypes.CDLL(None).malloc_trim(0)  # freed memory back to the OS: RSS = what is in use
+        rss_before, _ = _rss_mib()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        d = o.sort()
+        _, peak = _rss_mib()
+    assert d["runs"] >= 3
+    charged = (buffer + 2 * n) / 2**20
+    # slack: the merge's and permute's chunk buffers (~3 MiB); the bug added 24 x 655360 B = 15 MiB
+    assert peak - rss_before <= charged + 8, (peak - rss_before, charged)
