@@ -67,6 +67,12 @@ class PageCache {
   /// Load `page` unpinned if it is absent and a frame is free to take; never waits for a
   /// frame. Returns whether it loaded. For the read-ahead thread.
   bool prefetch(std::int64_t page);
+  /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
+  /// before reading any back (a tree evaluation's results). Their bytes are never read from
+  /// the file again nor written back: resident copies are dropped (clean or dirty; pinned
+  /// ones, which no caller should hold, keep theirs), and a later pin of one gets a zeroed
+  /// frame without I/O. Waits for pages being loaded or written back.
+  void discard(std::int64_t first, std::int64_t count);
   /// Write back every dirty page (waits for pinned ones to be released).
   void flush();
   /// flush(), then empty every unpinned frame: the next reads come from the file.

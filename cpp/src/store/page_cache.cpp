@@ -248,6 +248,33 @@ void PageCache::flush() {
   }
 }
 
+void PageCache::discard(std::int64_t first, std::int64_t count) {
+  if (first < 0 || count < 0 || first > pages_ - count)
+    throw InputError("page cache: discard of pages [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                     ") outside [0, " + std::to_string(pages_) + ")");
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (std::int64_t page = first; page < first + count; ++page) {
+    for (;;) {
+      const auto it = table_.find(page);
+      if (it == table_.end()) break;
+      Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+      if (fr.state == State::Busy) {  // its load or its frame's write-back must finish first
+        changed_.wait(lock);
+        continue;
+      }
+      if (fr.pins == 0) {
+        table_.erase(it);
+        fr = Frame{};
+        changed_.notify_all();
+      }
+      break;
+    }
+    // not mapped: no I/O of it is in flight (a busy page stays mapped), so its flag is ours.
+    // Cleared, the page reads as zeros (read_in) and counts no bytes read.
+    if (table_.find(page) == table_.end()) written_[static_cast<std::size_t>(page)] = 0;
+  }
+}
+
 void PageCache::evict_all() {
   flush();
   std::lock_guard<std::mutex> lock(mutex_);

@@ -32,8 +32,12 @@ struct PagedParticles::Lease {
   }
 };
 
-PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads)
-    : store_(store), pos_(std::move(pos)), mass_(std::move(mass)), per_page_(store.particles_per_page()) {
+PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads, bool read_ahead)
+    : store_(store),
+      pos_(std::move(pos)),
+      mass_(std::move(mass)),
+      per_page_(store.particles_per_page()),
+      read_ahead_(read_ahead) {
   if (store_.field(pos_).components != 3 || store_.field(pos_).type != FieldType::F64)
     throw InputError("PagedParticles: field '" + pos_ + "' is not a float64 3-vector");
   if (store_.field(mass_).components != 1 || store_.field(mass_).type != FieldType::F64)
@@ -64,8 +68,8 @@ ParticleBlock PagedParticles::copy_block(Lease& l, std::int64_t b, std::int64_t 
   Lease::Copy copy{std::make_unique<double[]>(static_cast<std::size_t>(4 * n)),
                    store_.budget().reserve(bytes, "a particle block of " + std::to_string(n) + " particles")};
   double* p = copy.xyzm.get();
-  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n);
-  store_.read_component(mass_, 0, b, n, p + 3 * n);
+  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n, read_ahead_);
+  store_.read_component(mass_, 0, b, n, p + 3 * n, read_ahead_);
   l.copies.push_back(std::move(copy));
   l.bytes += bytes;
   ++l.n_copied;

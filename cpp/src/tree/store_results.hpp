@@ -2,6 +2,10 @@
 // collects its run's accelerations and potentials (i order = curve order = the store's
 // order) and writes them to the fields "acc" and "pot" when the run ends. The results type
 // of GroupEvaluation (tree_runs.hpp), beside CallerResults.
+//
+// The evaluation writes every particle's result exactly once, so the fields' old values are
+// dead from the start: they are discarded (ParticleStore::discard), and a run's write into a
+// page fills a zeroed frame instead of reading the page's stale results from the file first.
 #pragma once
 #include <omp.h>
 
@@ -11,14 +15,21 @@
 #include "gravpipe/error.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
+#include "walk_prefetch.hpp"
 
 namespace gravpipe {
 
 class StoreResults {
  public:
-  StoreResults(ParticleStore& store, int threads) : store_(store), buffers_(static_cast<std::size_t>(threads)) {}
+  StoreResults(ParticleStore& store, int threads) : store_(store), buffers_(static_cast<std::size_t>(threads)) {
+    for (const char* f : {"acc", "pot"}) store_.discard(f);
+  }
+
+  /// Tell `prefetch` (not owned; it must outlive the evaluation) where each thread is.
+  void report_runs_to(WalkPrefetch& prefetch) { prefetch_ = &prefetch; }
 
   void begin_run(const Group& run) const {
+    if (prefetch_ != nullptr) prefetch_->started(omp_get_thread_num(), run.i_begin);
     Buffer& b = mine();
     b.begin = run.i_begin;
     const auto n = static_cast<std::size_t>(run.i_end - run.i_begin);
@@ -49,6 +60,7 @@ class StoreResults {
     return buffers_[t];
   }
   ParticleStore& store_;
+  WalkPrefetch* prefetch_ = nullptr;  // optional, not owned
   mutable std::vector<Buffer> buffers_;
 };
 
