@@ -28,8 +28,8 @@ class PagedParticles {
  public:
   /// Positions from field `pos` (3 components), masses from `mass`, both float64. `threads`:
   /// the OpenMP threads that may ask for blocks at once (0: OpenMP's maximum); blocks are
-  /// leased to omp_get_thread_num(). `read_ahead`: copied blocks hint the pages that follow
-  /// them to the store's read-ahead, right for a sweep along the curve (the moments); the
+  /// leased to omp_get_thread_num(). `read_ahead`: blocks hint the pages that follow them
+  /// to the store's read-ahead, right for a sweep along the curve (the moments); the
   /// walk turns it off (its leaves jump about the curve, and the hinted pages evicted ones
   /// it needed: 16k of 18k read-ahead loads unused in one step at N = 1e6) and prefetches
   /// its lists' pages itself (walk_prefetch.hpp).

@@ -94,6 +94,10 @@ class ParticleStore {
   /// for a reader that knows its next pages (the tree's walk prefetch). Returns whether it
   /// loaded; I/O errors propagate.
   bool prefetch(std::int64_t page) { return cache_->prefetch(page); }
+  /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
+  void hint(std::int64_t page) { read_ahead_->hint(page); }
+  /// Pages the read-ahead thread looks ahead along a column.
+  int read_ahead_pages() const { return read_ahead_pages_; }
 
   void flush();      // every dirty page to the file
   void evict_all();  // flush, then empty the cache: the next reads come from the file

@@ -95,6 +95,10 @@ ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
     p.columns.reserve(4);
     for (const std::int64_t base : column_base_) p.columns.push_back(store_.pin(base + local));
     l.pinned.push_back(std::move(p));
+    // a sweep along the curve (the moments) reads the following pages next
+    if (read_ahead_)
+      for (std::int64_t a = 1; a <= store_.read_ahead_pages() && (local + a) * per_page_ < store_.size(); ++a)
+        for (const std::int64_t base : column_base_) store_.hint(base + local + a);
     held = &l.pinned.back();
   }
   ++l.n_pinned;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 
 #include "gravpipe/error.hpp"
 #include "tree_mac.hpp"
@@ -21,6 +22,9 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const TreeNodes& nodes, const s
       depth_(std::max(depth, 1)),
       per_page_(store.particles_per_page()),
       cursors_(static_cast<std::size_t>(std::max(threads, 1))) {
+  // every frame but one per thread for transient pins (copied blocks, results), one for
+  // the read-ahead thread and a spare, in sets of x, y, z, m
+  room_pages_ = (store_.frames() - static_cast<std::int64_t>(cursors_.size()) - 2) / 4;
   for (int c = 0; c < 3; ++c) column_base_[c] = store_.page_of(pos, c, 0);
   column_base_[3] = store_.page_of(mass, 0, 0);
   runs_ = make_runs(groups_);
@@ -51,6 +55,11 @@ void WalkPrefetch::started(int thread, std::int64_t i_begin) {
     // a jump (a new chunk of runs): plan from this run on; its pages not yet pinned by the
     // thread load here in parallel with the thread's own demand
     if (c.next < r || c.next > r + depth_) c.next = r;
+    // the thread's plans behind it, and beyond its window after a jump, are done with
+    for (auto it = plans_.begin(); it != plans_.end();)
+      it = it->second.thread == static_cast<std::size_t>(thread) && (it->first < r || it->first >= c.next)
+               ? plans_.erase(it)
+               : std::next(it);
   }
   wake_.notify_one();
 }
@@ -58,6 +67,18 @@ void WalkPrefetch::started(int thread, std::int64_t i_begin) {
 std::int64_t WalkPrefetch::runs_planned() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return planned_;
+}
+
+std::int64_t WalkPrefetch::runs_skipped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return skipped_;
+}
+
+std::size_t WalkPrefetch::planned_pages(const std::vector<std::int64_t>& more) const {
+  std::vector<std::int64_t> all(more);
+  for (const auto& [run, plan] : plans_) all.insert(all.end(), plan.pages.begin(), plan.pages.end());
+  std::sort(all.begin(), all.end());
+  return static_cast<std::size_t>(std::unique(all.begin(), all.end()) - all.begin());
 }
 
 std::int64_t WalkPrefetch::failures() const {
@@ -134,6 +155,13 @@ void WalkPrefetch::serve() {
     lock.unlock();
     footprint(r, pages, stack);
     lock.lock();
+    if (cursors_[best].at > r) continue;  // the thread went past it meanwhile
+    const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
+    plans_[r] = Plan{best, pages};
+    if (!fits) {
+      ++skipped_;
+      continue;
+    }
     // stop early when the thread has gone past the run (stale) or the walk ends
     for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; ++q) {
       lock.unlock();

@@ -14,9 +14,14 @@
 // Compute threads report the run they start (started(), from StoreResults::begin_run); the
 // prefetcher keeps each thread's next `depth` runs planned. A thread whose next run is not
 // the one after its last (OpenMP handed it a new chunk of runs) restarts its window there.
+// A run's pages are loaded only while the pages of every planned run not yet left behind
+// (each thread's current one included) fit in the cache's frames beside the transient pins:
+// when they do not (a cache smaller than the threads' working sets), a prefetch could only
+// evict pages about to be used, and the walk is left to its demand loads.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -43,6 +48,8 @@ class WalkPrefetch {
   void started(int thread, std::int64_t i_begin);
 
   std::int64_t runs_planned() const;
+  /// Planned runs whose pages were not loaded: they did not fit beside the others'.
+  std::int64_t runs_skipped() const;
   /// Loads that threw (the compute thread's pin reports the error).
   std::int64_t failures() const;
 
@@ -51,6 +58,12 @@ class WalkPrefetch {
     std::int64_t at = -1;    // run the thread is in (-1: none yet)
     std::int64_t next = -1;  // next run to plan for it
   };
+  struct Plan {
+    std::size_t thread;
+    std::vector<std::int64_t> pages;  // local pages, as footprint() gives them
+  };
+  /// Local pages of every plan and of `more` together (their union).
+  std::size_t planned_pages(const std::vector<std::int64_t>& more) const;
   void serve();
   /// The local pages (page index within a column) run r reads: its sinks and the leaves
   /// its members open.
@@ -70,8 +83,10 @@ class WalkPrefetch {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Cursor> cursors_;  // per compute thread
+  std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left by their thread
+  std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
   bool stop_ = false;
-  std::int64_t planned_ = 0, failures_ = 0;
+  std::int64_t planned_ = 0, skipped_ = 0, failures_ = 0;
   std::thread thread_;  // last: starts after everything it uses exists
 };
 
