@@ -158,6 +158,7 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
     const std::int64_t stop = std::min(end, page_last);
     const std::int64_t page = column * pages_per_column_ + local;
     const bool whole = k == page_first && stop == page_last;
+    if (!kWrite && read_ahead) read_ahead_->cancel(page);  // reached: a late hint would only reload it
     const auto access = !kWrite ? PageCache::Access::Read : whole ? PageCache::Access::Overwrite
                                                                   : PageCache::Access::Modify;
     {
