@@ -182,6 +182,11 @@ void bind_store(nb::module_& m) {
         nb::gil_scoped_release release;
         s.evict_all();
       })
+      .def("discard", [](StoreBox& b, const std::string& f) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        s.discard(f);
+      }, nb::arg("field"), "The field's values are dead until rewritten: its pages are never read back.")
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })

@@ -213,6 +213,10 @@ void bind_tree(nb::module_& m) {
           },
           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("cell_bytes", [](const PagedTreeBox& t) { return t.get().cell_bytes(); })
+      .def_prop_rw(
+          "prefetch_runs", [](const PagedTreeBox& t) { return t.get().prefetch_runs(); },
+          [](PagedTreeBox& t, int runs) { t.get().set_prefetch_runs(runs); },
+          "Runs of groups whose pages the walk loads ahead of each thread (0: off); I/O only.")
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
       .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
   m.def("paged_tree_bytes_per_cell", &PagedTree::bytes_per_cell);

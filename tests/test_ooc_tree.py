@@ -73,23 +73,91 @@ def test_forces_against_float64_direct_sum(tmp_path):
     assert np.median(err) <= 3e-4 and np.percentile(err, 99) <= 3e-3
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads):
+@pytest.mark.parametrize("threads,run", [(1, 1100), (2, 1100), (2, 4000)])
+def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, run):
+    """Several runs (the external merge), or one (sorted in place, positions permuted from
+    the bounds pass's buffer)."""
     n, dt = 4000, 1 / 64
     p = gp.ic.plummer(n, seed=2)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=threads)
     sim.evolve(2 * dt)
     budget = _least(n, threads) + 64 * PAGE
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE,
-                                  sort_buffer=72 * 1100) as o:
+                                  sort_buffer=72 * run) as o:
         o.step(dt)
         st = o.step(dt)
-        assert st.sort_detail["runs"] >= 3 and st.bytes_read > 0 and st.bytes_written > 0
+        assert st.sort_detail["runs"] == -(-n // run) and st.bytes_read > 0 and st.bytes_written > 0
         pos, vel = o.gather("pos"), o.gather("vel")
         ids = o.gather("id")
     q = sim.particles
     assert np.array_equal(ids, q.id)
     assert np.array_equal(pos, q.pos) and np.array_equal(vel, q.vel)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_walk_prefetch_changes_no_bit_and_its_pages_are_used(tmp_path, threads):
+    """The walk's prefetch (pages of each thread's next runs loaded ahead) moves I/O only:
+    forces with it off, one run ahead and many runs ahead equal the in-core tree's bit for
+    bit; with it on, the loads it made are counted as bytes read and most of them are used."""
+    n = 20_000  # ten runs of groups; a cache that holds a few runs' pages, not the walk's 320
+    p = gp.ic.plummer(n, seed=5)
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads).forces()
+    budget = _least(n, threads) + 160 * PAGE
+    with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE) as o:
+        o.sort()
+        q = o.params
+        for runs in (0, 1, 4, 64):
+            tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                                   q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                                   q["isa"])
+            tree.prefetch_runs = runs
+            assert tree.prefetch_runs == runs
+            o.store.evict_all()
+            o.store.reset_stats()
+            tree.self_forces()
+            s = o.stats
+            del tree
+            assert np.array_equal(o.gather("acc"), a0) and np.array_equal(o.gather("pot"), pot0)
+            assert s["misses"] > 0 and s["evictions"] > 0  # pages really moved
+            if runs == 0:
+                assert s["prefetched"] == 0
+            else:
+                assert s["prefetched"] > 0 and s["prefetch_hits"] > 0
+                assert s["pages_read"] >= s["prefetched"]  # prefetched pages count as read
+                assert s["bytes_read"] == s["pages_read"] * PAGE
+        with pytest.raises(ValueError, match="prefetch_runs"):
+            _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                            q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                            q["isa"]).prefetch_runs = -1
+
+
+def test_flipped_bit_is_caught_with_the_walk_prefetch_loading_the_page(tmp_path):
+    """A corrupt page that the walk's prefetch loads first still raises ChecksumError in the
+    evaluation (the prefetch leaves the failed page to the compute thread's own pin)."""
+    n = 20_000
+    p = gp.ic.plummer(n, seed=9)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 160 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
+    try:
+        o.sort()
+        o.store.evict_all()
+        page = o.store.page_of("mass", 0, n // 2)  # read by the walk only (the moments read it first)
+        q = o.params
+        tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                               q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                               q["isa"])
+        tree.prefetch_runs = 64
+        o.store.evict_all()  # the moments' pages gone: the walk loads them again
+        with open(o.store.path, "r+b") as f:
+            f.seek(page * PAGE + 100)
+            b = f.read(1)
+            f.seek(page * PAGE + 100)
+            f.write(bytes([b[0] ^ 0x10]))
+        with pytest.raises(ChecksumError):
+            tree.self_forces()
+        del tree
+    finally:
+        o.close()
+    assert os.listdir(tmp_path) == []
 
 
 def test_budget_too_small_names_the_least_budget(tmp_path):

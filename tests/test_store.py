@@ -129,6 +129,65 @@ def test_counters_show_write_back_and_misses(tmp_path):
         assert np.array_equal(s.read("pot", 0, n), x)
 
 
+def test_discarded_field_is_refilled_by_partial_writes_without_reading(tmp_path):
+    """A tree evaluation writes its results run by run, many runs a page: after discard the
+    pages are filled in zeroed frames, never read back from the file first (pages_read stays
+    0), and what was written reads back bit for bit; without discard the same partial writes
+    read every page first. A page evicted half-filled (a cache of a handful of frames) is
+    written back, checksummed, and read back to be completed: still bit for bit."""
+    n, run = 10_000, 300  # runs straddle pages (512 particles a page)
+    x = np.random.default_rng(1).normal(size=n)
+    with small_store(tmp_path, n) as s:
+        s.write("pot", 0, np.ones(n))
+        s.evict_all()  # every page of pot in the file, none in memory
+        s.reset_stats()
+        for b in range(0, n, run):
+            s.write("pot", b, x[b:b + run])
+        assert s.stats()["pages_read"] > 0  # partial writes of stored pages read them first
+        s.evict_all()
+        s.reset_stats()
+        s._core.discard("pot")
+        for b in range(0, n, run):  # each page filled over two or three writes
+            s.write("pot", b, 2 * x[b:b + run])
+        st = s.stats()
+        assert st["pages_read"] == 0 and st["bytes_read"] == 0 and st["checksum_checks"] == 0
+        assert st["pages_written"] > 0  # the cache is a handful of pages: filled pages went out
+        assert np.array_equal(s.read("pot", 0, n), 2 * x)  # read back through the checksums
+        assert s.stats()["checksum_checks"] > 0
+        # three columns in turn, backwards: pages are evicted half-filled and completed later
+        v = np.random.default_rng(2).normal(size=(n, 3))
+        s._core.discard("acc")
+        for b in reversed(range(0, n, run)):
+            s.write("acc", b, v[b:b + run])
+        s.evict_all()
+        assert np.array_equal(s.read("acc", 0, n), v)
+
+
+def test_discard_leaves_other_fields_and_their_checksums_alone(tmp_path):
+    """Discarding one field drops none of another's pages: a flipped bit in another field's
+    page is still caught on its next read."""
+    n = 8192
+    pos = np.random.default_rng(4).normal(size=(n, 3))
+    with small_store(tmp_path, n) as s:
+        s.write("pos", 0, pos)
+        s.write("pot", 0, np.arange(n, dtype=np.float64))
+        s.evict_all()
+        page = s.page_of("pos", 0, 100)
+        fd = os.open(s.path, os.O_RDWR)
+        try:
+            off = page * PAGE + 7
+            byte = os.pread(fd, 1, off)
+            os.pwrite(fd, bytes([byte[0] ^ 0x01]), off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        s._core.discard("pot")
+        s.write("pot", 0, np.zeros(n))
+        with pytest.raises(ChecksumError):
+            s.read("pos", 0, n)
+        assert np.array_equal(s.read("pot", 0, n), np.zeros(n))
+
+
 def test_flipped_bit_on_disk_names_the_page_and_no_data_is_returned(tmp_path):
     n = 8192
     pos = np.random.default_rng(3).normal(size=(n, 3))

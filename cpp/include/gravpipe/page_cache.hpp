@@ -6,6 +6,7 @@
 // loaded or written back is "busy", so whoever asks for it waits instead of reading a stale
 // copy.
 #pragma once
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -64,9 +65,17 @@ class PageCache {
   /// Pin `page`, loading it (after writing back the frame's old page if dirty) when absent.
   /// Waits while every frame is pinned. Throws StoreError / ChecksumError naming the page.
   PageHandle pin(std::int64_t page, Access access);
-  /// Load `page` unpinned if it is absent and a frame is free to take; never waits for a
-  /// frame. Returns whether it loaded. For the read-ahead thread.
+  /// Load `page` unpinned if it is absent and a cold frame is free to take (one not used
+  /// since the eviction hand last passed it), while fewer than a quarter of the frames hold
+  /// prefetched pages not yet used; never waits for a frame. Returns whether it loaded. For
+  /// the read-ahead thread and the walk's prefetch.
   bool prefetch(std::int64_t page);
+  /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
+  /// before reading any back (a tree evaluation's results). Their bytes are never read from
+  /// the file again nor written back: resident copies are dropped (clean or dirty; pinned
+  /// ones, which no caller should hold, keep theirs), and a later pin of one gets a zeroed
+  /// frame without I/O. Waits for pages being loaded or written back.
+  void discard(std::int64_t first, std::int64_t count);
   /// Write back every dirty page (waits for pinned ones to be released).
   void flush();
   /// flush(), then empty every unpinned frame: the next reads come from the file.
@@ -110,6 +119,9 @@ class PageCache {
   std::unordered_map<std::int64_t, int> table_;  // resident (or busy) page -> frame
   std::unique_ptr<EvictionPolicy> policy_;
   StoreCounters counters_;
+  std::int64_t prefetched_unused_ = 0;  // frames loaded by prefetch and not pinned since
+  /// Prefetched pages that may wait unused at once: a quarter of the frames (at least one).
+  std::int64_t max_prefetched_() const { return std::max<std::int64_t>(1, frames() / 4); }
   std::function<std::string(std::int64_t)> namer_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;      // a frame became ready, unpinned or empty

@@ -33,6 +33,11 @@ class PagedTree {
   /// writes only the potentials (diagnostics: the run's accelerations stay untouched).
   void self_forces(const std::string& acc_field = "acc", const std::string& pot_field = "pot");
 
+  /// Runs of groups whose pages self_forces loads ahead of each compute thread (the walk's
+  /// prefetch, walk_prefetch.hpp); 0 turns it off. Changes I/O only, never a result bit.
+  void set_prefetch_runs(int runs);
+  int prefetch_runs() const { return prefetch_runs_; }
+
   const TreeStats& stats() const { return stats_; }
   const TreeNodes& nodes() const { return nodes_; }
   Isa isa() const { return isa_; }
@@ -47,6 +52,7 @@ class PagedTree {
   TreeParams params_;
   int threads_;
   Isa isa_;
+  int prefetch_runs_;
   TreeNodes nodes_;
   std::vector<std::int32_t> groups_;
   Reservation cells_charge_;

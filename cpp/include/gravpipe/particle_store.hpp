@@ -71,18 +71,33 @@ class ParticleStore {
   void write(const std::string& field, std::int64_t begin, std::int64_t count, const void* values);
   /// The same range into `out` (same layout). Hints read-ahead of the pages that follow.
   void read(const std::string& field, std::int64_t begin, std::int64_t count, void* out);
-  /// One component of a field as doubles (PagedParticles: x, y, z, m).
+  /// One component of a field as doubles (PagedParticles: x, y, z, m); `read_ahead`: hint
+  /// the pages that follow, for a reader that sweeps the curve (not the tree walk, which
+  /// jumps about it and prefetches what its lists will read instead).
   void read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,
-                      double* out);
+                      double* out, bool read_ahead = true);
 
   /// One component of a field as raw 8-byte elements (float64 or int64), contiguous: the
-  /// external sort permutes columns one at a time (store_sort.hpp).
+  /// external sort permutes columns one at a time (store_sort.hpp). Hints read-ahead.
   void read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count, void* out);
   void write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                     const void* values);
   /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
   /// that lie inside one page straight from its frame while the handle lives.
   PageHandle pin(std::int64_t page) { return cache_->pin(page, PageCache::Access::Read); }
+
+  /// Every value of `field` is dead: the caller writes all of them before it reads any
+  /// (PageCache::discard). Partial-page writes that follow then fill zeroed frames instead
+  /// of reading the old pages from the file; until written, values read back unspecified.
+  void discard(const std::string& field);
+  /// Load `page` ahead of its use if it is absent and a frame is free (PageCache::prefetch):
+  /// for a reader that knows its next pages (the tree's walk prefetch). Returns whether it
+  /// loaded; I/O errors propagate.
+  bool prefetch(std::int64_t page) { return cache_->prefetch(page); }
+  /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
+  void hint(std::int64_t page) { read_ahead_->hint(page); }
+  /// Pages the read-ahead thread looks ahead along a column.
+  int read_ahead_pages() const { return read_ahead_pages_; }
 
   void flush();      // every dirty page to the file
   void evict_all();  // flush, then empty the cache: the next reads come from the file
@@ -111,9 +126,11 @@ class ParticleStore {
     int component;
   };
   /// Copy particles [begin, begin+count) of one column between the pages and a strided
-  /// buffer (element k at buf + ((k - begin) * stride) * 8).
+  /// buffer (element k at buf + ((k - begin) * stride) * 8); a read with `read_ahead` hints
+  /// the pages ahead of each page it reaches.
   template <bool kWrite>
-  void copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf, int stride);
+  void copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf, int stride,
+                   bool read_ahead);
   std::int64_t first_column(const std::string& field) const;
   void check_range(const std::string& field, std::int64_t begin, std::int64_t count) const;
   std::string name_page(std::int64_t page) const;

@@ -25,6 +25,9 @@ class ReadAhead {
 
   /// Ask for `page` soon; never blocks (dropped when the queue is full).
   void hint(std::int64_t page);
+  /// Drop a queued hint for `page`: its reader got there first and pins it itself (served
+  /// later, the hint could load the page again after the reader's own copy was evicted).
+  void cancel(std::int64_t page);
   /// Wait until every queued hint has been served (before evicting everything, in tests).
   void drain();
   /// Prefetches that failed (the reader's pin reports why).

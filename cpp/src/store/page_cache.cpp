@@ -104,7 +104,10 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
       ++fr.pins;
       fr.dirty = fr.dirty || access != Access::Read;
       policy_->touch(static_cast<std::size_t>(f));
-      if (fr.prefetched) ++counters_.prefetch_hits;
+      if (fr.prefetched) {
+        ++counters_.prefetch_hits;
+        --prefetched_unused_;
+      }
       fr.prefetched = false;
       if (waited) {
         ++counters_.misses;
@@ -114,9 +117,12 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
       }
       return f;
     }
-    const int victim = policy_->victim([this](std::size_t f) {
-      return frames_[f].pins == 0 && frames_[f].state != State::Busy;
-    });
+    const auto evictable = [this](std::size_t f) { return frames_[f].pins == 0 && frames_[f].state != State::Busy; };
+    // a prefetch takes only a cold frame, and only while few prefetched pages wait unused:
+    // speculative loads never push out what the compute threads use
+    const int victim = !prefetch                                  ? policy_->victim(evictable)
+                       : prefetched_unused_ >= max_prefetched_()  ? -1
+                                                                  : policy_->cold_victim(evictable);
     if (victim >= 0) {
       const int f = load_into(victim, page, access, prefetch, lock);
       if (!prefetch) {
@@ -144,6 +150,7 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
   // frame, so anyone asking for either waits rather than reading the file half-way.
   fr.page = page;
   fr.state = State::Busy;
+  if (fr.prefetched) --prefetched_unused_;  // evicted unused
   fr.prefetched = false;
   table_[page] = f;
   unsigned char* data = frame_data(f);
@@ -180,7 +187,10 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
     counters_.bytes_read += static_cast<std::int64_t>(page_bytes_);
     ++counters_.checksum_checks;
   }
-  if (prefetch) ++counters_.prefetched;
+  if (prefetch) {
+    ++counters_.prefetched;
+    ++prefetched_unused_;
+  }
   fr.state = State::Ready;
   fr.dirty = access != Access::Read;
   fr.pins = prefetch ? 0 : 1;
@@ -248,12 +258,41 @@ void PageCache::flush() {
   }
 }
 
+void PageCache::discard(std::int64_t first, std::int64_t count) {
+  if (first < 0 || count < 0 || first > pages_ - count)
+    throw InputError("page cache: discard of pages [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                     ") outside [0, " + std::to_string(pages_) + ")");
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (std::int64_t page = first; page < first + count; ++page) {
+    for (;;) {
+      const auto it = table_.find(page);
+      if (it == table_.end()) break;
+      Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+      if (fr.state == State::Busy) {  // its load or its frame's write-back must finish first
+        changed_.wait(lock);
+        continue;
+      }
+      if (fr.pins == 0) {
+        table_.erase(it);
+        if (fr.prefetched) --prefetched_unused_;
+        fr = Frame{};
+        changed_.notify_all();
+      }
+      break;
+    }
+    // not mapped: no I/O of it is in flight (a busy page stays mapped), so its flag is ours.
+    // Cleared, the page reads as zeros (read_in) and counts no bytes read.
+    if (table_.find(page) == table_.end()) written_[static_cast<std::size_t>(page)] = 0;
+  }
+}
+
 void PageCache::evict_all() {
   flush();
   std::lock_guard<std::mutex> lock(mutex_);
   for (Frame& fr : frames_) {
     if (fr.pins > 0 || fr.state != State::Ready || fr.dirty) continue;
     table_.erase(fr.page);
+    if (fr.prefetched) --prefetched_unused_;
     fr = Frame{};
   }
 }

@@ -32,8 +32,12 @@ struct PagedParticles::Lease {
   }
 };
 
-PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads)
-    : store_(store), pos_(std::move(pos)), mass_(std::move(mass)), per_page_(store.particles_per_page()) {
+PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads, bool read_ahead)
+    : store_(store),
+      pos_(std::move(pos)),
+      mass_(std::move(mass)),
+      per_page_(store.particles_per_page()),
+      read_ahead_(read_ahead) {
   if (store_.field(pos_).components != 3 || store_.field(pos_).type != FieldType::F64)
     throw InputError("PagedParticles: field '" + pos_ + "' is not a float64 3-vector");
   if (store_.field(mass_).components != 1 || store_.field(mass_).type != FieldType::F64)
@@ -64,8 +68,8 @@ ParticleBlock PagedParticles::copy_block(Lease& l, std::int64_t b, std::int64_t 
   Lease::Copy copy{std::make_unique<double[]>(static_cast<std::size_t>(4 * n)),
                    store_.budget().reserve(bytes, "a particle block of " + std::to_string(n) + " particles")};
   double* p = copy.xyzm.get();
-  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n);
-  store_.read_component(mass_, 0, b, n, p + 3 * n);
+  for (int k = 0; k < 3; ++k) store_.read_component(pos_, k, b, n, p + k * n, read_ahead_);
+  store_.read_component(mass_, 0, b, n, p + 3 * n, read_ahead_);
   l.copies.push_back(std::move(copy));
   l.bytes += bytes;
   ++l.n_copied;
@@ -91,6 +95,10 @@ ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
     p.columns.reserve(4);
     for (const std::int64_t base : column_base_) p.columns.push_back(store_.pin(base + local));
     l.pinned.push_back(std::move(p));
+    // a sweep along the curve (the moments) reads the following pages next
+    if (read_ahead_)
+      for (std::int64_t a = 1; a <= store_.read_ahead_pages() && (local + a) * per_page_ < store_.size(); ++a)
+        for (const std::int64_t base : column_base_) store_.hint(base + local + a);
     held = &l.pinned.back();
   }
   ++l.n_pinned;

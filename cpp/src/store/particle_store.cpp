@@ -142,16 +142,23 @@ std::int64_t ParticleStore::page_of(const std::string& field, int component, std
 
 template <bool kWrite>
 void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf,
-                                int stride) {
+                                int stride, bool read_ahead) {
   const std::int64_t end = begin + count;
   std::int64_t k = begin;
+  std::int64_t hinted = -1;  // the last local page handed to read-ahead
   while (k < end) {
     const std::int64_t local = k / per_page_;
+    // the reader goes on along the curve: the read-ahead thread loads the pages that follow
+    // while this one copies (inside a long range too, so a whole-column read streams)
+    if (!kWrite && read_ahead)
+      for (std::int64_t a = std::max(local, hinted) + 1; a <= local + read_ahead_pages_ && a < pages_per_column_; ++a)
+        read_ahead_->hint(column * pages_per_column_ + (hinted = a));
     const std::int64_t page_first = local * per_page_;
     const std::int64_t page_last = std::min(page_first + per_page_, n_);  // one past
     const std::int64_t stop = std::min(end, page_last);
     const std::int64_t page = column * pages_per_column_ + local;
     const bool whole = k == page_first && stop == page_last;
+    if (!kWrite && read_ahead) read_ahead_->cancel(page);  // reached: a late hint would only reload it
     const auto access = !kWrite ? PageCache::Access::Read : whole ? PageCache::Access::Overwrite
                                                                   : PageCache::Access::Modify;
     {
@@ -168,11 +175,6 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
     }
     k = stop;
   }
-  if (!kWrite && count > 0) {  // the reader goes on along the curve: fetch what follows
-    const std::int64_t last_local = (end - 1) / per_page_;
-    for (int a = 1; a <= read_ahead_pages_ && last_local + a < pages_per_column_; ++a)
-      read_ahead_->hint(column * pages_per_column_ + last_local + a);
-  }
 }
 
 void ParticleStore::write(const std::string& field, std::int64_t begin, std::int64_t count, const void* values) {
@@ -180,7 +182,7 @@ void ParticleStore::write(const std::string& field, std::int64_t begin, std::int
   check_range(field, begin, count);
   const int comps = this->field(field).components;
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
-  for (int k = 0; k < comps; ++k) copy_column<true>(col + k, begin, count, bytes + k * kElementBytes, comps);
+  for (int k = 0; k < comps; ++k) copy_column<true>(col + k, begin, count, bytes + k * kElementBytes, comps, false);
 }
 
 void ParticleStore::read(const std::string& field, std::int64_t begin, std::int64_t count, void* out) {
@@ -188,18 +190,18 @@ void ParticleStore::read(const std::string& field, std::int64_t begin, std::int6
   check_range(field, begin, count);
   const int comps = this->field(field).components;
   auto* bytes = static_cast<unsigned char*>(out);
-  for (int k = 0; k < comps; ++k) copy_column<false>(col + k, begin, count, bytes + k * kElementBytes, comps);
+  for (int k = 0; k < comps; ++k) copy_column<false>(col + k, begin, count, bytes + k * kElementBytes, comps, true);
 }
 
 void ParticleStore::read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,
-                                   double* out) {
+                                   double* out, bool read_ahead) {
   const std::int64_t col = first_column(field);
   const FieldSpec& f = this->field(field);
   if (f.type != FieldType::F64) throw InputError("store: field '" + field + "' is not float64");
   if (component < 0 || component >= f.components)
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
   check_range(field, begin, count);
-  copy_column<false>(col + component, begin, count, reinterpret_cast<unsigned char*>(out), 1);
+  copy_column<false>(col + component, begin, count, reinterpret_cast<unsigned char*>(out), 1, read_ahead);
 }
 
 void ParticleStore::read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
@@ -208,7 +210,7 @@ void ParticleStore::read_column(const std::string& field, int component, std::in
   if (component < 0 || component >= this->field(field).components)
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
   check_range(field, begin, count);
-  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1);
+  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1, true);
 }
 
 void ParticleStore::write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
@@ -218,7 +220,13 @@ void ParticleStore::write_column(const std::string& field, int component, std::i
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
   check_range(field, begin, count);
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
-  copy_column<true>(col + component, begin, count, bytes, 1);
+  copy_column<true>(col + component, begin, count, bytes, 1, false);
+}
+
+void ParticleStore::discard(const std::string& field) {
+  const std::int64_t col = first_column(field);
+  const int comps = this->field(field).components;
+  cache_->discard(col * pages_per_column_, comps * pages_per_column_);  // a field's columns are adjacent
 }
 
 void ParticleStore::flush() { cache_->flush(); }

@@ -28,6 +28,13 @@ void ReadAhead::hint(std::int64_t page) {
   wake_.notify_one();
 }
 
+void ReadAhead::cancel(std::int64_t page) {
+  if (capacity_ == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = std::find(queue_.begin(), queue_.end(), page);
+  if (it != queue_.end()) queue_.erase(it);
+}
+
 void ReadAhead::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [this] { return (queue_.empty() && !working_) || stop_; });

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <queue>
 #include <tuple>
@@ -38,7 +39,8 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   for (const char* f : {"index", "key"}) s.field(sort_twin(f));
 }
 
-/// The bounding cube of every position, read block by block.
+/// The bounding cube of every position, read block by block (one block when the sort has one
+/// run: `buf` then holds every position for the run to use).
 CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf, int threads) {
   double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   for (std::int64_t b = 0; b < s.size(); b += block) {
@@ -54,10 +56,12 @@ CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>&
 
 /// Sort particles [b, b + n) by (key, index) and write every carried field, key and index
 /// permuted to the fields named by `to` (the twins, or the fields themselves for one run).
+/// `pos_loaded`: `pos` already holds the run's positions (one run: the bounds pass read
+/// them all), so they are neither read again nor, if carried, read a third time to permute.
 void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, std::int64_t b, std::int64_t n,
-              bool to_twin, std::vector<double>& pos, std::vector<std::int64_t>& local, std::vector<std::int64_t>& in,
-              std::vector<std::int64_t>& out) {
-  s.read("pos", b, n, pos.data());
+              bool to_twin, bool pos_loaded, std::vector<double>& pos, std::vector<std::int64_t>& local,
+              std::vector<std::int64_t>& in, std::vector<std::int64_t>& out) {
+  if (!pos_loaded) s.read("pos", b, n, pos.data());
   std::vector<std::uint64_t> keys = curve_keys({pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
   s.read_column("index", 0, b, n, in.data());
   // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
@@ -79,8 +83,12 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   s.write_column(name("index"), 0, b, n, out.data());
   for (const std::string& f : c.carried)
     for (int comp = 0; comp < s.field(f).components; ++comp) {
-      s.read_column(f, comp, b, n, in.data());
-      for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
+      if (f == "pos") {  // the positions are in memory already: permute them from there
+        for (std::int64_t k = 0; k < n; ++k) std::memcpy(&out[k], &pos[3 * local[k] + comp], sizeof(double));
+      } else {
+        s.read_column(f, comp, b, n, in.data());
+        for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
+      }
       s.write_column(name(f), comp, b, n, out.data());
     }
 }
@@ -186,8 +194,9 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   t0 = Clock::now();
   {
     std::vector<std::int64_t> local, in(static_cast<std::size_t>(run)), out(static_cast<std::size_t>(run));
+    // one run: the bounds pass left every position in `pos`
     for (std::int64_t b = 0; b < n; b += run)
-      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, pos, local, in, out);
+      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, k_runs == 1, pos, local, in, out);
   }
   // release the run's positions before the merge (assigning {} would keep the capacity:
   // 24 bytes a particle of a run, outside the budget, which is how the 1e8 demonstration's

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "gravpipe/error.hpp"
@@ -12,10 +13,14 @@
 #include "gravpipe/stopwatch.hpp"
 #include "store_results.hpp"
 #include "tree_runs.hpp"
+#include "walk_prefetch.hpp"
 
 namespace gravpipe {
 
 namespace {
+
+/// Runs the walk's prefetch plans ahead of each compute thread, by default.
+constexpr int kPrefetchRuns = 4;
 
 /// Bytes of the topology build_octree makes per cell: begin, end, first_child, n_children, level.
 constexpr std::uint64_t kTopologyBytes = 8 + 8 + 4 + 1 + 1;
@@ -51,7 +56,8 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params)
     : store_(store),
       params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
-      isa_(resolve_isa(params.isa)) {
+      isa_(resolve_isa(params.isa)),
+      prefetch_runs_(kPrefetchRuns) {
   check_tree_params(params_);
   if (params_.alpha > 0)
     throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
@@ -82,13 +88,27 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params)
   stats_.leaves = static_cast<std::uint64_t>(std::count(nodes_.first_child.begin(), nodes_.first_child.end(), -1));
 }
 
+void PagedTree::set_prefetch_runs(int runs) {
+  if (runs < 0) throw InputError("out-of-core tree: prefetch_runs must be >= 0, got " + std::to_string(runs));
+  prefetch_runs_ = runs;
+}
+
 void PagedTree::self_forces(const std::string& acc_field, const std::string& pot_field) {
   const auto t_start = Clock::now();
   const Reservation lists = store_.budget().reserve(list_bytes(nodes_.count(), threads_),
                                                     "the interaction lists of " + std::to_string(threads_) + " threads");
   const std::vector<Group> groups = self_groups(nodes_, groups_);
-  const PagedParticles particles(store_, "pos", "mass", threads_);
-  const StoreResults results(store_, threads_, acc_field, pot_field);
+  // no column read-ahead: the walk's leaves jump about the curve; the prefetch loads the
+  // pages of each thread's next runs instead
+  const PagedParticles particles(store_, "pos", "mass", threads_, false);
+  StoreResults results(store_, threads_, acc_field, pot_field);
+  std::unique_ptr<WalkPrefetch> prefetch;
+  if (prefetch_runs_ > 0) {
+    prefetch = std::make_unique<WalkPrefetch>(store_, nodes_, groups,
+                                              MacParams{params_.G, params_.alpha, params_.quadrupole}, threads_,
+                                              prefetch_runs_);
+    results.report_runs_to(*prefetch);
+  }
   // every i-particle excludes itself (exclude_self): no array of N indices
   const GroupEvaluation<PagedParticles, PagedParticles, StoreResults> e{
       nodes_, params_, isa_, particles, particles, {}, results, true};

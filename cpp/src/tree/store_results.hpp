@@ -4,6 +4,10 @@
 // evaluation writes only its potential to another field, so that the run's forces stay)
 // when the run ends. The results type of GroupEvaluation (tree_runs.hpp), beside
 // CallerResults.
+//
+// The evaluation writes every particle's result exactly once, so the fields' old values are
+// dead from the start: they are discarded (ParticleStore::discard), and a run's write into a
+// page fills a zeroed frame instead of reading the page's stale results from the file first.
 #pragma once
 #include <omp.h>
 
@@ -15,6 +19,7 @@
 #include "gravpipe/error.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
+#include "walk_prefetch.hpp"
 
 namespace gravpipe {
 
@@ -25,9 +30,16 @@ class StoreResults {
       : store_(store),
         acc_field_(std::move(acc_field)),
         pot_field_(std::move(pot_field)),
-        buffers_(static_cast<std::size_t>(threads)) {}
+        buffers_(static_cast<std::size_t>(threads)) {
+    if (!acc_field_.empty()) store_.discard(acc_field_);
+    store_.discard(pot_field_);
+  }
+
+  /// Tell `prefetch` (not owned; it must outlive the evaluation) where each thread is.
+  void report_runs_to(WalkPrefetch& prefetch) { prefetch_ = &prefetch; }
 
   void begin_run(const Group& run) const {
+    if (prefetch_ != nullptr) prefetch_->started(omp_get_thread_num(), run.i_begin);
     Buffer& b = mine();
     b.begin = run.i_begin;
     const auto n = static_cast<std::size_t>(run.i_end - run.i_begin);
@@ -59,6 +71,7 @@ class StoreResults {
   }
   ParticleStore& store_;
   const std::string acc_field_, pot_field_;
+  WalkPrefetch* prefetch_ = nullptr;  // optional, not owned
   mutable std::vector<Buffer> buffers_;
 };
 

@@ -23,6 +23,10 @@ namespace gravpipe {
 
 namespace {
 
+/// At most this many i-particles a run (make_runs): with the local expansion; 1024 / 4096 /
+/// 8192 slower.
+constexpr std::int64_t kRunParticles = 2048;
+
 /// Thread-private scratch of the group loop, reused from run to run.
 struct GroupScratch {
   LocalExpansion local;
@@ -32,45 +36,6 @@ struct GroupScratch {
   GroupSinks run_sinks, sinks;
   std::size_t run_terms = 0;  // the current run's shared cells, counted in each member's cost
 };
-
-/// Runs of consecutive groups (curve order, so spatially compact) that share the top of
-/// their walks: [first, last) group indices, at most kRunParticles i-particles each
-/// (a single larger group makes a run alone).
-constexpr std::int64_t kRunParticles = 2048;  // with the local expansion; 1024 / 4096 / 8192 slower
-std::vector<std::pair<std::size_t, std::size_t>> make_runs(const std::vector<Group>& groups) {
-  std::vector<std::pair<std::size_t, std::size_t>> runs;
-  std::size_t first = 0;
-  std::int64_t count = 0;
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    const std::int64_t n = groups[k].i_end - groups[k].i_begin;
-    if (k > first && count + n > kRunParticles) {
-      runs.emplace_back(first, k);
-      first = k, count = 0;
-    }
-    count += n;
-  }
-  if (first < groups.size()) runs.emplace_back(first, groups.size());
-  return runs;
-}
-
-/// The run as one group: the union of the members' boxes and excluded ranges, and the
-/// smallest old |a| of those that have one (the relative criterion's most sensitive).
-Group run_group(Span<const Group> members) {
-  Group r = members[0];
-  bool any_ex = members[0].ex_begin < members[0].ex_end;
-  for (std::size_t k = 1; k < members.size(); ++k) {
-    const Group& g = members[k];
-    r.i_end = g.i_end;
-    for (int a = 0; a < 3; ++a) r.lo[a] = std::min(r.lo[a], g.lo[a]), r.hi[a] = std::max(r.hi[a], g.hi[a]);
-    if (g.ex_begin < g.ex_end) {
-      r.ex_begin = any_ex ? std::min(r.ex_begin, g.ex_begin) : g.ex_begin;
-      r.ex_end = any_ex ? std::max(r.ex_end, g.ex_end) : g.ex_end;
-      any_ex = true;
-    }
-    if (g.a_min > 0) r.a_min = r.a_min > 0 ? std::min(r.a_min, g.a_min) : g.a_min;
-  }
-  return r;
-}
 
 /// Shared cells at least this many run radii (half-diagonals of the run's box) from its
 /// centre enter the run's local expansion instead of the lists: the expansion's error
@@ -233,6 +198,39 @@ void evaluate_run(const GroupEvaluation<Sources, Sinks, Results>& e, Span<const 
 }
 
 }  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> make_runs(const std::vector<Group>& groups) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  std::size_t first = 0;
+  std::int64_t count = 0;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const std::int64_t n = groups[k].i_end - groups[k].i_begin;
+    if (k > first && count + n > kRunParticles) {
+      runs.emplace_back(first, k);
+      first = k, count = 0;
+    }
+    count += n;
+  }
+  if (first < groups.size()) runs.emplace_back(first, groups.size());
+  return runs;
+}
+
+Group run_group(Span<const Group> members) {
+  Group r = members[0];
+  bool any_ex = members[0].ex_begin < members[0].ex_end;
+  for (std::size_t k = 1; k < members.size(); ++k) {
+    const Group& g = members[k];
+    r.i_end = g.i_end;
+    for (int a = 0; a < 3; ++a) r.lo[a] = std::min(r.lo[a], g.lo[a]), r.hi[a] = std::max(r.hi[a], g.hi[a]);
+    if (g.ex_begin < g.ex_end) {
+      r.ex_begin = any_ex ? std::min(r.ex_begin, g.ex_begin) : g.ex_begin;
+      r.ex_end = any_ex ? std::max(r.ex_end, g.ex_end) : g.ex_end;
+      any_ex = true;
+    }
+    if (g.a_min > 0) r.a_min = r.a_min > 0 ? std::min(r.a_min, g.a_min) : g.a_min;
+  }
+  return r;
+}
 
 GroupWork& GroupWork::operator+=(const GroupWork& o) {
   pp += o.pp, pc += o.pc, pc_local += o.pc_local, mac_tests += o.mac_tests, pruned_opened += o.pruned_opened;

@@ -2,6 +2,7 @@
 // src/tree: the Tree (tree.cpp) builds the groups and calls evaluate_groups.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
@@ -65,6 +66,16 @@ struct GroupWork {
 template <class Sources, class Sinks, class Results>
 GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, const std::vector<Group>& groups,
                           int threads);
+
+/// Runs of consecutive groups (curve order, so spatially compact) that share the top of
+/// their walks: [first, last) group indices, at most 2048 i-particles each (a single larger
+/// group makes a run alone). evaluate_groups evaluates these runs; the out-of-core walk's
+/// prefetch (walk_prefetch.hpp) plans the same ones.
+std::vector<std::pair<std::size_t, std::size_t>> make_runs(const std::vector<Group>& groups);
+
+/// The run as one group: the union of the members' boxes and excluded ranges, and the
+/// smallest old |a| of those that have one (the relative criterion's most sensitive).
+Group run_group(Span<const Group> members);
 
 /// Self-gravity groups: the group cells, each its own excluded range (every particle
 /// leaves itself out), with the smallest old |a| when a_old (curve order) is given (tree.cpp).

@@ -18,6 +18,7 @@ Three measurements (seed 004, Salmon & Warren, out-of-core treecode):
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from pathlib import Path
@@ -140,6 +141,7 @@ def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 <<
                 s = o.stats
                 out_row = {"stages": _stages(st), "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
                            "misses": int(s["misses"]), "stall_seconds": float(s["stall_seconds"]),
+                           "prefetched": int(s["prefetched"]), "prefetch_hits": int(s["prefetch_hits"]),
                            "sort": st.sort_detail, "identical_to_in_core": identical,
                            "interactions": int(ts.pp_interactions + ts.pc_interactions),
                            "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
@@ -147,6 +149,7 @@ def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 <<
                            "budget_peak_bytes": int(o.store._core.budget_peak)}
         del pos_in, vel_in
     return {"n": n, "model": model, "threads": threads, "page_bytes": page, "data_bytes": data,
+            "load_average_after": list(os.getloadavg()),
             "cache_bytes": cache, "cache_fraction": cache_fraction, "budget_bytes": budget,
             "budget_fraction": budget / data, "seconds_in_core": best_in, "seconds_out_of_core": best_out,
             "ratio": best_out / best_in, "interactions_per_s_out_of_core": out_row["interactions"] / best_out,

@@ -1,0 +1,182 @@
+// The walk's prefetch thread (walk_prefetch.hpp).
+#include "walk_prefetch.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <iterator>
+
+#include "gravpipe/error.hpp"
+#include "tree_mac.hpp"
+#include "tree_runs.hpp"
+
+namespace gravpipe {
+
+WalkPrefetch::WalkPrefetch(ParticleStore& store, const TreeNodes& nodes, const std::vector<Group>& groups,
+                           const MacParams& mac, int threads, int depth, const std::string& pos,
+                           const std::string& mass)
+    : store_(store),
+      nodes_(nodes),
+      groups_(groups),
+      mac_(mac),
+      depth_(std::max(depth, 1)),
+      per_page_(store.particles_per_page()),
+      cursors_(static_cast<std::size_t>(std::max(threads, 1))) {
+  // every frame but one per thread for transient pins (copied blocks, results), one for
+  // the read-ahead thread and a spare, in sets of x, y, z, m
+  room_pages_ = (store_.frames() - static_cast<std::int64_t>(cursors_.size()) - 2) / 4;
+  for (int c = 0; c < 3; ++c) column_base_[c] = store_.page_of(pos, c, 0);
+  column_base_[3] = store_.page_of(mass, 0, 0);
+  runs_ = make_runs(groups_);
+  table_charge_ = store_.budget().reserve(runs_.size() * (sizeof(runs_[0]) + sizeof(std::int64_t)),
+                                          "the walk prefetch's table of " + std::to_string(runs_.size()) + " runs");
+  run_begin_.reserve(runs_.size());
+  for (const auto& [first, last] : runs_) run_begin_.push_back(groups_[first].i_begin);
+  if (!runs_.empty()) thread_ = std::thread([this] { serve(); });
+}
+
+WalkPrefetch::~WalkPrefetch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WalkPrefetch::started(int thread, std::int64_t i_begin) {
+  if (runs_.empty() || thread < 0 || static_cast<std::size_t>(thread) >= cursors_.size()) return;
+  const auto it = std::upper_bound(run_begin_.begin(), run_begin_.end(), i_begin);
+  const std::int64_t r = std::max<std::int64_t>(0, (it - run_begin_.begin()) - 1);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Cursor& c = cursors_[static_cast<std::size_t>(thread)];
+    c.at = r;
+    // a jump (a new chunk of runs): plan from this run on; its pages not yet pinned by the
+    // thread load here in parallel with the thread's own demand
+    if (c.next < r || c.next > r + depth_) c.next = r;
+    // the thread's plans behind it, and beyond its window after a jump, are done with
+    for (auto it = plans_.begin(); it != plans_.end();)
+      it = it->second.thread == static_cast<std::size_t>(thread) && (it->first < r || it->first >= c.next)
+               ? plans_.erase(it)
+               : std::next(it);
+  }
+  wake_.notify_one();
+}
+
+std::int64_t WalkPrefetch::runs_planned() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return planned_;
+}
+
+std::int64_t WalkPrefetch::runs_skipped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return skipped_;
+}
+
+std::size_t WalkPrefetch::planned_pages(const std::vector<std::int64_t>& more) const {
+  std::vector<std::int64_t> all(more);
+  for (const auto& [run, plan] : plans_) all.insert(all.end(), plan.pages.begin(), plan.pages.end());
+  std::sort(all.begin(), all.end());
+  return static_cast<std::size_t>(std::unique(all.begin(), all.end()) - all.begin());
+}
+
+std::int64_t WalkPrefetch::failures() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failures_;
+}
+
+void WalkPrefetch::footprint(std::int64_t r, std::vector<std::int64_t>& pages,
+                             std::vector<std::int32_t>& stack) const {
+  pages.clear();
+  const auto [first, last] = runs_[static_cast<std::size_t>(r)];
+  const Span<const Group> members(&groups_[first], last - first);
+  const Group run = run_group(members);
+  for (std::int64_t p = run.i_begin / per_page_; p <= (run.i_end - 1) / per_page_; ++p) pages.push_back(p);
+  const Acceptor run_acceptor(nodes_, run, mac_);
+  std::vector<Acceptor> member_acceptors;
+  member_acceptors.reserve(members.size());
+  for (const Group& g : members) member_acceptors.emplace_back(nodes_, g, mac_);
+  // a cell matters when some member does not accept it: a leaf is then read, a cell opened.
+  // Testing children against members that accepted their parent only adds pages (a
+  // superset of what the members' walks read), never misses one.
+  stack.assign(1, 0);
+  while (!stack.empty()) {
+    const std::int32_t k = stack.back();
+    stack.pop_back();
+    double d2 = 0;
+    if (run_acceptor.accepts(k, d2)) continue;  // every member accepts what the run does
+    bool all_accept = true;
+    for (const Acceptor& a : member_acceptors)
+      if (!a.accepts(k, d2)) {
+        all_accept = false;
+        break;
+      }
+    if (all_accept) continue;
+    const WalkCell& c = nodes_.walk[static_cast<std::size_t>(k)];
+    if (c.first_child >= 0) {
+      for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
+    } else if (c.begin >= 0 && c.end > c.begin) {
+      const std::int64_t a = c.begin / per_page_, b = (c.end - 1) / per_page_;
+      if (pages.empty() || pages.back() != a || a != b)  // leaves come in curve order: skip repeats cheaply
+        for (std::int64_t p = a; p <= b; ++p) pages.push_back(p);
+    }
+  }
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  // nearest the run's own page first: the run reads its own and its neighbours' first
+  const std::int64_t own = run.i_begin / per_page_;
+  std::stable_sort(pages.begin(), pages.end(),
+                   [own](std::int64_t a, std::int64_t b) { return std::abs(a - own) < std::abs(b - own); });
+}
+
+void WalkPrefetch::serve() {
+  std::vector<std::int64_t> pages;
+  std::vector<std::int32_t> stack;
+  const auto nr = static_cast<std::int64_t>(runs_.size());
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (stop_) break;
+    // the thread with the fewest runs planned ahead of the one it is in
+    std::size_t best = cursors_.size();
+    std::int64_t best_ahead = depth_;
+    for (std::size_t t = 0; t < cursors_.size(); ++t) {
+      const Cursor& c = cursors_[t];
+      if (c.at < 0 || c.next >= nr) continue;
+      const std::int64_t ahead = c.next - c.at;
+      if (ahead < best_ahead) best = t, best_ahead = ahead;
+    }
+    if (best == cursors_.size()) {
+      wake_.wait(lock);
+      continue;
+    }
+    const std::int64_t r = cursors_[best].next++;
+    ++planned_;
+    lock.unlock();
+    footprint(r, pages, stack);
+    lock.lock();
+    if (cursors_[best].at > r) continue;  // the thread went past it meanwhile
+    const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
+    plans_[r] = Plan{best, pages};
+    if (!fits) {
+      ++skipped_;
+      continue;
+    }
+    // stop early when the thread has gone past the run (stale) or the walk ends
+    for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; ++q) {
+      lock.unlock();
+      bool failed = false;
+      for (const std::int64_t base : column_base_) {
+        try {
+          store_.prefetch(base + pages[q]);
+        } catch (...) {  // reported again, with its message, by the compute thread's own pin
+          failed = true;
+        }
+      }
+      lock.lock();
+      if (failed) ++failures_;
+    }
+  }
+}
+
+}  // namespace gravpipe

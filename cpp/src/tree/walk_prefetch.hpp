@@ -1,0 +1,93 @@
+// The out-of-core walk's prefetch (paged_tree.cpp): once the tree is built, the pages a run of
+// groups will read are known before it is evaluated: its own i-range and the particle ranges
+// of the leaves its members open. A background thread walks the runs a few ahead of each
+// compute thread (the footprint walk: the same MAC, only the opened leaves kept) and loads
+// those pages (x, y, z, m) into the cache unpinned, so that the compute threads find them
+// there instead of stalling on a synchronous read. Internal to src/tree.
+//
+// Only I/O moves: no particle value, list or sum depends on whether a page came in ahead or
+// on demand, so results stay bitwise identical. Prefetched pages count as bytes read (and
+// as "prefetched" / "prefetch_hits") in the store's counters like any other load. A load
+// that fails here is left to the compute thread's own pin, which reports it (a corrupt
+// page raises ChecksumError there, as without prefetch).
+//
+// Compute threads report the run they start (started(), from StoreResults::begin_run); the
+// prefetcher keeps each thread's next `depth` runs planned. A thread whose next run is not
+// the one after its last (OpenMP handed it a new chunk of runs) restarts its window there.
+// A run's pages are loaded only while the pages of every planned run not yet left behind
+// (each thread's current one included) fit in the cache's frames beside the transient pins:
+// when they do not (a cache smaller than the threads' working sets), a prefetch could only
+// evict pages about to be used, and the walk is left to its demand loads.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/particle_store.hpp"
+#include "gravpipe/tree.hpp"
+
+namespace gravpipe {
+
+class WalkPrefetch {
+ public:
+  /// `groups`: the evaluation's groups, runs made of them as evaluate_groups makes them; the
+  /// leaves' particles come from the x, y, z of `pos` and from `mass`. The run table is
+  /// charged to the store's budget. Starts the thread.
+  WalkPrefetch(ParticleStore& store, const TreeNodes& nodes, const std::vector<Group>& groups, const MacParams& mac,
+               int threads, int depth, const std::string& pos = "pos", const std::string& mass = "mass");
+  ~WalkPrefetch();  // stops the thread (loads in flight finish first)
+  WalkPrefetch(const WalkPrefetch&) = delete;
+  WalkPrefetch& operator=(const WalkPrefetch&) = delete;
+
+  /// Compute thread `thread` starts the run whose first i-particle is `i_begin`.
+  void started(int thread, std::int64_t i_begin);
+
+  std::int64_t runs_planned() const;
+  /// Planned runs whose pages were not loaded: they did not fit beside the others'.
+  std::int64_t runs_skipped() const;
+  /// Loads that threw (the compute thread's pin reports the error).
+  std::int64_t failures() const;
+
+ private:
+  struct Cursor {
+    std::int64_t at = -1;    // run the thread is in (-1: none yet)
+    std::int64_t next = -1;  // next run to plan for it
+  };
+  struct Plan {
+    std::size_t thread;
+    std::vector<std::int64_t> pages;  // local pages, as footprint() gives them
+  };
+  /// Local pages of every plan and of `more` together (their union).
+  std::size_t planned_pages(const std::vector<std::int64_t>& more) const;
+  void serve();
+  /// The local pages (page index within a column) run r reads: its sinks and the leaves
+  /// its members open.
+  void footprint(std::int64_t r, std::vector<std::int64_t>& pages, std::vector<std::int32_t>& stack) const;
+
+  ParticleStore& store_;
+  const TreeNodes& nodes_;
+  const std::vector<Group>& groups_;
+  const MacParams mac_;
+  const std::int64_t depth_;
+  std::int64_t per_page_;
+  std::int64_t column_base_[4];  // first page of the x, y, z, m columns
+  Reservation table_charge_;
+  std::vector<std::pair<std::size_t, std::size_t>> runs_;
+  std::vector<std::int64_t> run_begin_;  // first i-particle of each run, ascending
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Cursor> cursors_;  // per compute thread
+  std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left by their thread
+  std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
+  bool stop_ = false;
+  std::int64_t planned_ = 0, skipped_ = 0, failures_ = 0;
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
+}  // namespace gravpipe
