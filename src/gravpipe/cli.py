@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--file", help="IC snapshot (demo)")
     bo.add_argument("--memory-budget", default="4GiB", help="budget of the demo (default 4GiB)")
     bo.add_argument("--n-leaf", type=_positive_int, default=16, help="leaf size of the demo's tree (default 16)")
+    bo.add_argument("--theta", type=float, default=None, help="opening angle of the demo's tree (default: the core's)")
     bo.add_argument("--sample", type=int, default=1000, help="particles checked against a float64 direct sum (demo)")
     bo.add_argument("--threads", type=_positive_int, default=None)
     bo.add_argument("--plot", metavar="PNG", help="swap: bytes swapped vs in-core bytes")
@@ -512,7 +513,7 @@ def _bench_ooc(args: argparse.Namespace) -> int:
     if "demo" in args.what:
         if not args.file:
             raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
-        r = bo.demo(args.file, args.scratch, args.memory_budget, n_leaf=args.n_leaf, sample=args.sample,
+        r = bo.demo(args.file, args.scratch, args.memory_budget, n_leaf=args.n_leaf, theta=args.theta, sample=args.sample,
                     threads=args.threads, progress=lambda m: print(m, flush=True))
         doc["demo"] = r
         print(json.dumps(r, indent=1))

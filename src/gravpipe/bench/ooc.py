@@ -180,12 +180,15 @@ def direct_errors(ooc, k: int = 1000, seed: int = 0, chunk: int = 1 << 20) -> di
 
 
 def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float = 1 / 128, page: int = 1 << 20,
-         n_leaf: int = 16, sample: int = 1000, threads: int | None = None, progress=print) -> dict:
-    """One full step of the particles of the IC file ``path`` out of core."""
+         n_leaf: int = 16, theta: float | None = None, sample: int = 1000, threads: int | None = None,
+         progress=print) -> dict:
+    """One full step of the particles of the IC file ``path`` out of core (``theta``: the
+    tree's opening angle, None for the default)."""
     from gravpipe import ooc as ooc_mod
     t0 = time.perf_counter()
+    extra = {} if theta is None else {"theta": theta}
     with ooc_mod.OutOfCore.from_snapshot(path, scratch, budget, eps=eps, page_bytes=page, n_leaf=n_leaf,
-                                         threads=threads) as o:
+                                         threads=threads, **extra) as o:
         t_load = time.perf_counter() - t0
         progress(f"loaded {o.n} particles in {t_load:.1f} s; {o!r}")
         first = o.forces()
@@ -196,7 +199,7 @@ def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float =
         ts = o.tree_stats
         s = o.stats
         rss_step = peak_rss_bytes()  # before the direct check's own buffers
-        row = {"n": o.n, "peak_rss_bytes_step": rss_step, "file": path, "budget_bytes": o.plan.budget, "cache_bytes": o.plan.cache,
+        row = {"n": o.n, "theta": o.params["theta"], "peak_rss_bytes_step": rss_step, "file": path, "budget_bytes": o.plan.budget, "cache_bytes": o.plan.cache,
                "page_bytes": page, "n_leaf": n_leaf, "seconds_load": t_load, "seconds_first_forces": first.total,
                "seconds_step": st.total, "stages": _stages(st), "sort": st.sort_detail,
                "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
