@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("what", nargs="+", choices=["swap", "ratio", "demo"])
     bo.add_argument("--scratch", metavar="DIR", required=True, help="directory for the scratch files")
     bo.add_argument("-n", type=_positive_int, nargs="+", default=[1_000_000], help="particles (swap, ratio)")
-    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap)")
+    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap; ratio: the first, default 1 MiB)")
     bo.add_argument("--fractions", type=_fraction_or_float, nargs="+", default=None,
                     help="cache sizes as fractions of the particle data (swap)")
     bo.add_argument("--cache-fraction", type=_fraction_or_float, default=0.1,
@@ -497,8 +497,9 @@ def _bench_ooc(args: argparse.Namespace) -> int:
     if "ratio" in args.what:
         doc["ratio"] = []
         for n in args.n:
+            page = {"page": args.pages[0]} if args.pages else {}
             r = bo.ratio(n, args.scratch, cache_fraction=args.cache_fraction, model=args.model, threads=args.threads,
-                         progress=lambda m: print(m, flush=True))
+                         progress=lambda m: print(m, flush=True), **page)
             doc["ratio"].append(r)
             st = r["stages"]
             print(f"N = {n}: in core {r['seconds_in_core']:.2f} s, out of core {r['seconds_out_of_core']:.2f} s, "
