@@ -121,7 +121,9 @@ GRAVITY: dict[str, GravityKind] = {
     "tree": GravityKind(
         "tree", "Barnes-Hut treecode with quadrupoles and grouped lists, O(N log N)", delivers_jerk=False,
         backends=("cpu",), params={"theta": _CORE_DEFAULTS["tree"]["theta"]}, default_integrator="leapfrog",
-        row_work=100,  # a float64 tree at theta 0.25 costs ~5 steps at the default theta
+        # a float64 tree at theta 0.25 costs 7-12 evaluations at the default theta (N = 1.6e4 .. 2e6,
+        # BENCHMARKS "Out-of-core runs"): a row every 200 keeps rows near 5% of a run
+        row_work=200,
         build=_build_tree, diagnostic_potential=_tree_potential),
 }
 
