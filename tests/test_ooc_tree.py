@@ -30,6 +30,15 @@ def _least(n: int, threads: int, n_leaf: int = 16) -> int:
     return int(e.value.least_budget)
 
 
+def _flip_a_bit(path: str, offset: int) -> None:
+    """Flip bit 4 of the byte at ``offset`` of the file ``path`` (a corrupted page)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
 def _cube(n: int, seed: int) -> gp.Particles:
     rng = np.random.default_rng(seed)
     return gp.Particles(pos=rng.random((n, 3)), vel=np.zeros((n, 3)), mass=np.full(n, 1.0 / n))
@@ -147,11 +156,7 @@ def test_flipped_bit_is_caught_with_the_walk_prefetch_loading_the_page(tmp_path)
                                q["isa"])
         tree.prefetch_runs = 64
         o.store.evict_all()  # the moments' pages gone: the walk loads them again
-        with open(o.store.path, "r+b") as f:
-            f.seek(page * PAGE + 100)
-            b = f.read(1)
-            f.seek(page * PAGE + 100)
-            f.write(bytes([b[0] ^ 0x10]))
+        _flip_a_bit(o.store.path, page * PAGE + 100)
         with pytest.raises(ChecksumError):
             tree.self_forces()
         del tree
@@ -179,11 +184,7 @@ def test_flipped_bit_in_scratch_raises_checksum_error(tmp_path):
         o.sort()
         o.store.evict_all()  # every page in the file, none in memory
         page = o.store.page_of("pos", 1, 3000)
-        with open(o.store.path, "r+b") as f:
-            f.seek(page * PAGE + 100)
-            b = f.read(1)
-            f.seek(page * PAGE + 100)
-            f.write(bytes([b[0] ^ 0x10]))
+        _flip_a_bit(o.store.path, page * PAGE + 100)
         with pytest.raises(ChecksumError):
             o.forces()
     finally:

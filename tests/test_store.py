@@ -36,6 +36,17 @@ def crc32c_bitwise(data: bytes) -> int:
 IMPLS = ["portable"] + (["sse4.2"] if _core.crc32c_implementation() == "sse4.2" else [])
 
 
+def _flip_bits(path: str, offset: int, mask: int) -> None:
+    """XOR the byte at ``offset`` of ``path`` with ``mask``, on disk (a corrupted page)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        byte = os.pread(fd, 1, offset)
+        os.pwrite(fd, bytes([byte[0] ^ mask]), offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_crc32c_known_vectors(impl):
     def crc(b: bytes) -> int:
@@ -173,14 +184,7 @@ def test_discard_leaves_other_fields_and_their_checksums_alone(tmp_path):
         s.write("pot", 0, np.arange(n, dtype=np.float64))
         s.evict_all()
         page = s.page_of("pos", 0, 100)
-        fd = os.open(s.path, os.O_RDWR)
-        try:
-            off = page * PAGE + 7
-            byte = os.pread(fd, 1, off)
-            os.pwrite(fd, bytes([byte[0] ^ 0x01]), off)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _flip_bits(s.path, page * PAGE + 7, 0x01)
         s._core.discard("pot")
         s.write("pot", 0, np.zeros(n))
         with pytest.raises(ChecksumError):
@@ -195,14 +199,7 @@ def test_flipped_bit_on_disk_names_the_page_and_no_data_is_returned(tmp_path):
         s.write("pos", 0, pos)
         s.evict_all()  # flushed and out of memory: the next read is from the file
         page = s.page_of("pos", 1, 5000)  # y of particle 5000
-        fd = os.open(s.path, os.O_RDWR)
-        try:
-            off = page * PAGE + 123
-            byte = os.pread(fd, 1, off)
-            os.pwrite(fd, bytes([byte[0] ^ 0x10]), off)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _flip_bits(s.path, page * PAGE + 123, 0x10)
         with pytest.raises(ChecksumError, match=rf"page {page} \(field 'pos' component 1, particles 4608\.\.5119\)") as e:
             s.read("pos", 0, n)
         assert e.value.page == page and e.value.path == s.path

@@ -264,15 +264,7 @@ class OutOfCoreSimulation(RunLoop):
     def _record(self, energy: diagnostics.Energy | None = None) -> None:
         e = energy if energy is not None else self._energy_now()
         radii = streamed_diagnostics.lagrangian_radii(self._blocks(["pos", "mass"]), LAGRANGIAN_FRACTIONS)
-        t = self.timings
-        row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
-               "energy_error": diagnostics.relative_energy_error(e, self.config.initial_energy()),
-               "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
-        row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
-        steps0, psteps0 = self._steps_before
-        row.update({"steps": steps0 + t.steps, "particle_steps": psteps0 + t.particle_steps,
-                    "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
-        self.history.append(row)
+        self._append_row(e, radii)
 
     # ---- files ---------------------------------------------------------------------------
     def _parameters(self) -> dict[str, Any]:

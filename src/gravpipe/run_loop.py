@@ -230,6 +230,19 @@ class RunLoop:
         done = self._steps_before[1] + self.timings.particle_steps
         return done - last >= self._kind.row_work * self.n
 
+    def _append_row(self, e: diagnostics.Energy, radii) -> None:
+        """Append a diagnostics row at ``time``: energies ``e``, Lagrangian radii ``radii``
+        (of LAGRANGIAN_FRACTIONS), the step counts and this process's time breakdown."""
+        t = self.timings
+        row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
+               "energy_error": diagnostics.relative_energy_error(e, self.config.initial_energy()),
+               "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
+        row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
+        steps0, psteps0 = self._steps_before
+        row.update({"steps": steps0 + t.steps, "particle_steps": psteps0 + t.particle_steps,
+                    "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
+        self.history.append(row)
+
     def _same_time(self, a: float, b: float) -> bool:
         """Two times closer than rounding of the step grid: the same stop."""
         return abs(a - b) <= 1e-9 * self.quantum

@@ -247,15 +247,7 @@ class Simulation(RunLoop):
         p = self.particles
         e = diagnostics.energy(p, self.config.eps, self.config.G, pot=self._diagnostic_pot(p, self.config.eps, self.config.G))
         radii = diagnostics.lagrangian_radii(p, LAGRANGIAN_FRACTIONS)
-        t = self.timings
-        row = {"time": self.time, "kinetic": e.kinetic, "potential": e.potential, "total": e.total,
-               "energy_error": diagnostics.relative_energy_error(e, self.config.initial_energy()),
-               "virial_ratio": 2 * e.kinetic / abs(e.potential) if e.potential else float("nan")}
-        row.update({f"r_lagr_{int(100 * f)}": float(r) for f, r in zip(LAGRANGIAN_FRACTIONS, radii)})
-        steps0, psteps0 = self._steps_before
-        row.update({"steps": steps0 + t.steps, "particle_steps": psteps0 + t.particle_steps,
-                    "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
-        self.history.append(row)
+        self._append_row(e, radii)
 
     # ---- files -------------------------------------------------------------------------
     def _parameters(self) -> dict[str, Any]:
