@@ -210,3 +210,29 @@ def test_out_of_core_options_that_do_not_apply_are_refused(scratch):
     with pytest.raises(MemoryBudgetError, match="least budget that works"):
         gp.Simulation(p, gravity="tree", memory_budget="64KiB", scratch=scratch)
     assert os.listdir(scratch) == []
+
+
+@pytest.mark.parametrize("page", [0, 1000])
+def test_a_bad_page_size_is_named(scratch, page):
+    with pytest.raises(ValueError, match="page size: must be a positive multiple of 4096"):
+        gp.Simulation(gp.ic.plummer(500, seed=1), gravity="tree", memory_budget="64MiB", scratch=scratch,
+                      page_bytes=page)
+    assert os.listdir(scratch) == []
+
+
+def test_command_line_refuses_a_run_folder_before_filling_the_store(tmp_path, scratch, monkeypatch):
+    """An out-of-core run into a folder that holds another run stops at once with the in-core
+    run's message: nothing is drawn into the pages (which at large N takes minutes) first."""
+    from gravpipe import ooc_simulation
+    from gravpipe.cli import main
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "snapshot_0001.h5").write_bytes(b"x")
+
+    def not_expected(*a, **k):
+        raise AssertionError("the store was filled before the folder was checked")
+
+    monkeypatch.setattr(ooc_simulation.OutOfCoreSimulation, "from_blocks", not_expected)
+    code = main(["run", "--gravity", "tree", "-n", "1000", "--memory-budget", "64MiB", "--scratch", str(scratch),
+                 "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 2

@@ -843,6 +843,9 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
             raise UserError(f"{_option_name(opt)}: does not apply out of core (--memory-budget: the leapfrog)")
     if args.backend not in (None, "auto", "cpu"):
         raise UserError(f"--backend {args.backend}: the out-of-core tree runs on the CPU")
+    if args.out is not None:  # before the store is filled and the first forces are paid for
+        from gravpipe.run_loop import check_run_dir
+        check_run_dir(args.out, bool(args.overwrite))
     t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
     kw = dict(eps=args.eps if args.eps is not None else runconfig.DEFAULT_EPS, threads=args.threads,
               precision=args.precision or "mixed", dt=args.dt, theta=args.theta,

@@ -130,6 +130,22 @@ def _after(now: float, origin: float, every: float, quantum: float) -> float:
     return origin + k * every
 
 
+def check_run_dir(out: str | Path, overwrite: bool) -> list[Path]:
+    """The files of another run in ``out`` that a new run there would replace (empty when
+    there are none). Raises ValueError when ``out`` is a file and FileExistsError when it
+    holds a run and ``overwrite`` is false: callers check before costly work, too."""
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"out: {d} is a file, not a run directory")
+    old = run_files(d)
+    if old and not overwrite:
+        raise FileExistsError(
+            f"{d}: holds another run ({len(old)} files, e.g. {old[0].name}); continue it with "
+            f"--resume {d} (Simulation.resume), choose a new directory, or replace it with "
+            "--overwrite (overwrite=True)")
+    return old
+
+
 def latest_checkpoint(out: str | Path) -> Path:
     """The newest checkpoint file in a run directory (by its index)."""
     d = Path(out)
@@ -304,16 +320,9 @@ class RunLoop:
 
     def _claim_run_dir_here(self, out: str | Path, overwrite: bool) -> Path:
         d = Path(out)
-        if d.exists() and not d.is_dir():
-            raise ValueError(f"out: {d} is a file, not a run directory")
-        if self._run_dir is not None and d.resolve() == self._run_dir:
+        if self._run_dir is not None and d.is_dir() and d.resolve() == self._run_dir:
             return d
-        old = run_files(d)
-        if old and not overwrite:
-            raise FileExistsError(
-                f"{d}: holds another run ({len(old)} files, e.g. {old[0].name}); continue it with "
-                f"--resume {d} (Simulation.resume), choose a new directory, or replace it with "
-                "--overwrite (overwrite=True)")
+        old = check_run_dir(d, overwrite)
         for f in old:
             shutil.rmtree(f) if f.is_dir() else f.unlink()
         d.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,9 @@ class PageFile {
  public:
   static constexpr std::size_t kAlignment = 4096;  // offsets, lengths and buffers
 
+  /// Throws InputError unless `page_bytes` is a positive multiple of kAlignment.
+  static void check_page_bytes(std::size_t page_bytes);
+
   /// A new file gravpipe-scratch-<pid>-XXXXXX in `directory` of pages of `page_bytes` (a
   /// positive multiple of kAlignment). Throws StoreError when the directory cannot hold it,
   /// or when `mode` is Direct and the file system refuses O_DIRECT.

@@ -58,10 +58,14 @@ std::string io_mode_name(IoMode mode) {
   return "buffered";
 }
 
-PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode) : page_bytes_(page_bytes) {
+void PageFile::check_page_bytes(std::size_t page_bytes) {
   if (page_bytes == 0 || page_bytes % kAlignment != 0)
     throw InputError("page size: must be a positive multiple of " + std::to_string(kAlignment) +
                      " bytes (direct I/O alignment), got " + std::to_string(page_bytes));
+}
+
+PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode) : page_bytes_(page_bytes) {
+  check_page_bytes(page_bytes);
   std::string name = directory + "/gravpipe-scratch-" + std::to_string(::getpid()) + "-XXXXXX";
   std::vector<char> templ(name.begin(), name.end());
   templ.push_back('\0');

@@ -74,6 +74,7 @@ std::vector<FieldSpec> default_fields() {
 }
 
 std::uint64_t ParticleStore::least_budget(const StoreConfig& c) {
+  PageFile::check_page_bytes(c.page_bytes);  // before pages are counted in units of it
   return static_cast<std::uint64_t>(total_pages(c)) * kTableBytesPerPage +
          static_cast<std::uint64_t>(least_frames(c)) * c.page_bytes;
 }

@@ -25,21 +25,6 @@ constexpr int kPrefetchRuns = 4;
 /// Bytes of the topology build_octree makes per cell: begin, end, first_child, n_children, level.
 constexpr std::uint64_t kTopologyBytes = 8 + 8 + 4 + 1 + 1;
 
-/// The self-gravity groups of the group cells, each excluding its own range (tree.cpp's
-/// cell_groups without old accelerations).
-std::vector<Group> self_groups(const TreeNodes& t, const std::vector<std::int32_t>& cells) {
-  std::vector<Group> groups(cells.size());
-  for (std::size_t k = 0; k < cells.size(); ++k) {
-    const auto c = cells[k];
-    Group& g = groups[k];
-    g.i_begin = g.ex_begin = t.begin[c];
-    g.i_end = g.ex_end = t.end[c];
-    g.lo[0] = t.lo_x[c], g.lo[1] = t.lo_y[c], g.lo[2] = t.lo_z[c];
-    g.hi[0] = t.hi_x[c], g.hi[1] = t.hi_y[c], g.hi[2] = t.hi_z[c];
-  }
-  return groups;
-}
-
 }  // namespace
 
 std::uint64_t PagedTree::bytes_per_cell() {
@@ -97,7 +82,7 @@ void PagedTree::self_forces(const std::string& acc_field, const std::string& pot
   const auto t_start = Clock::now();
   const Reservation lists = store_.budget().reserve(list_bytes(nodes_.count(), threads_),
                                                     "the interaction lists of " + std::to_string(threads_) + " threads");
-  const std::vector<Group> groups = self_groups(nodes_, groups_);
+  const std::vector<Group> groups = cell_groups(nodes_, groups_, {});
   // no column read-ahead: the walk's leaves jump about the curve; the prefetch loads the
   // pages of each thread's next runs instead
   const PagedParticles particles(store_, "pos", "mass", threads_, false);
