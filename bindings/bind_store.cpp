@@ -83,22 +83,6 @@ nb::object read_field(StoreBox& box, const std::string& field, std::int64_t begi
   return comps == 1 ? to_numpy(std::move(v), {n}) : to_numpy(std::move(v), {n, comps});
 }
 
-nb::dict counters_dict(const StoreCounters& c) {
-  nb::dict d;
-  d["pages_read"] = c.pages_read;
-  d["bytes_read"] = c.bytes_read;
-  d["pages_written"] = c.pages_written;
-  d["bytes_written"] = c.bytes_written;
-  d["bytes_swapped"] = c.bytes_swapped();
-  d["hits"] = c.hits;
-  d["misses"] = c.misses;
-  d["evictions"] = c.evictions;
-  d["prefetched"] = c.prefetched;
-  d["prefetch_hits"] = c.prefetch_hits;
-  d["checksum_checks"] = c.checksum_checks;
-  d["stall_seconds"] = c.stall_seconds;
-  return d;
-}
 
 /// x, y, z, m of the blocks [begins[k], ends[k]) read through PagedParticles by `threads`
 /// OpenMP threads in parallel, concatenated in k order (the test compares with arrays).
@@ -135,6 +119,23 @@ nb::tuple read_blocks(StoreBox& box, Indices begins, Indices ends, int threads) 
 }
 
 }  // namespace
+
+nb::dict bindings::counters_dict(const StoreCounters& c) {
+  nb::dict d;
+  d["pages_read"] = c.pages_read;
+  d["bytes_read"] = c.bytes_read;
+  d["pages_written"] = c.pages_written;
+  d["bytes_written"] = c.bytes_written;
+  d["bytes_swapped"] = c.bytes_swapped();
+  d["hits"] = c.hits;
+  d["misses"] = c.misses;
+  d["evictions"] = c.evictions;
+  d["prefetched"] = c.prefetched;
+  d["prefetch_hits"] = c.prefetch_hits;
+  d["checksum_checks"] = c.checksum_checks;
+  d["stall_seconds"] = c.stall_seconds;
+  return d;
+}
 
 void bind_store(nb::module_& m) {
   m.def("crc32c", [](Bytes data, const std::string& impl) {
@@ -190,7 +191,7 @@ void bind_store(nb::module_& m) {
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })
-      .def("counters", [](const StoreBox& b) { return counters_dict(b.get().counters()); })
+      .def("counters", [](const StoreBox& b) { return bindings::counters_dict(b.get().counters()); })
       .def("reset_counters", [](StoreBox& b) { b.get().reset_counters(); })
       .def("read_ahead_failures", [](const StoreBox& b) { return b.get().read_ahead_failures(); })
       .def_prop_ro("path", [](const StoreBox& b) { return b.get().file().path(); })

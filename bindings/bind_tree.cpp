@@ -75,7 +75,8 @@ DomainBox box_from(const Box& b) {
 /// The out-of-core tree with the store it reads: every call checks that the store is open.
 class PagedTreeBox {
  public:
-  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p) : box_(box), tree_(box.get(), p) {}
+  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free)
+      : box_(box), tree_(box.get(), p, keep_free) {}
   PagedTree& get() {
     box_.get();  // throws once the store is closed
     return tree_;
@@ -197,30 +198,32 @@ void bind_tree(nb::module_& m) {
       .def("__init__",
            [](PagedTreeBox* self, bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
-              bool local_expansion, const std::string& isa) {
+              bool local_expansion, const std::string& isa, std::uint64_t keep_free) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
                                               precision, local_expansion, isa);
              nb::gil_scoped_release release;
-             new (self) PagedTreeBox(box, p);
+             new (self) PagedTreeBox(box, p, keep_free);
            },
            nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
-           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::keep_alive<1, 2>())
+           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::keep_alive<1, 2>())
       .def(
           "self_forces",
           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field) {
             t.get().self_forces(acc_field, pot_field);
           },
           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("cell_bytes", [](const PagedTreeBox& t) { return t.get().cell_bytes(); })
+      .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
+      .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
+      .def("cell_counters", [](const PagedTreeBox& t) { return bindings::counters_dict(t.get().cell_counters()); })
       .def_prop_rw(
           "prefetch_runs", [](const PagedTreeBox& t) { return t.get().prefetch_runs(); },
           [](PagedTreeBox& t, int runs) { t.get().set_prefetch_runs(runs); },
           "Runs of groups whose pages the walk loads ahead of each thread (0: off); I/O only.")
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
       .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
-  m.def("paged_tree_bytes_per_cell", &PagedTree::bytes_per_cell);
-  m.def("paged_tree_list_bytes", &PagedTree::list_bytes, nb::arg("nodes"), nb::arg("threads"));
+  m.def("paged_tree_least_bytes", &PagedTree::least_bytes, nb::arg("cells"), nb::arg("groups"),
+        nb::arg("page_bytes"), nb::arg("threads"));
 
   nb::class_<TreeForceProvider, ForceProvider>(m, "TreeForceProvider")
       .def("__init__",

@@ -3,6 +3,8 @@
 #pragma once
 #include <memory>
 
+#include <nanobind/nanobind.h>
+
 #include "gravpipe/error.hpp"
 #include "gravpipe/particle_store.hpp"
 
@@ -21,5 +23,8 @@ class StoreBox {
  private:
   std::unique_ptr<ParticleStore> store_;
 };
+
+/// Page-cache counters as a dict (the store's, and the out-of-core tree's cell cache).
+nanobind::dict counters_dict(const StoreCounters& c);
 
 }  // namespace gravpipe::bindings

@@ -104,6 +104,26 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, run):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_cells_paged_through_a_few_frames_bitwise_equal(tmp_path, threads, monkeypatch):
+    """With the fewest cell frames (the tree told to leave the rest of the budget free) the
+    tree's cells do not fit their cache (8 frames for 70 pages of cell records): the build,
+    the moments and the walk read and write cell pages through it, and the forces still
+    equal the in-core tree's bit for bit."""
+    import gravpipe.ooc as ooc_mod
+    n = 6000
+    p = gp.ic.plummer(n, seed=3)
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads).forces()
+    with OutOfCore.from_particles(p, tmp_path, _least(n, threads), eps=EPS, threads=threads,
+                                  page_bytes=PAGE) as o:
+        monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads: 1 << 50)
+        st = o.forces()
+        assert np.array_equal(o.gather("acc"), a0) and np.array_equal(o.gather("pot"), pot0)
+        assert st.cell_cache_bytes < st.cells * 128 // 4  # under a quarter of the walk records fit
+        assert st.cell_bytes_read > 0 and st.cell_bytes_written > 0  # cell pages really moved
+        assert st.bytes_read > st.cell_bytes_read  # and are counted in the step's traffic
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_walk_prefetch_changes_no_bit_and_its_pages_are_used(tmp_path, threads):
     """The walk's prefetch (pages of each thread's next runs loaded ahead) moves I/O only:
     forces with it off, one run ahead and many runs ahead equal the in-core tree's bit for
@@ -111,7 +131,7 @@ def test_walk_prefetch_changes_no_bit_and_its_pages_are_used(tmp_path, threads):
     n = 20_000  # ten runs of groups; a cache that holds a few runs' pages, not the walk's 320
     p = gp.ic.plummer(n, seed=5)
     a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads).forces()
-    budget = _least(n, threads) + 160 * PAGE
+    budget = _least(n, threads) + 320 * PAGE  # half of the spare to the particles' cache
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE) as o:
         o.sort()
         q = o.params
@@ -264,18 +284,21 @@ def test_cli_run_and_ic_out_of_core(tmp_path):
     assert main(["run", "--gravity", "direct", "--memory-budget", "48MiB", "--scratch", str(scratch)]) == 2
 
 
-def test_cells_beyond_the_plan_raise_memory_budget_error(tmp_path, monkeypatch):
-    """The budget plans ~0.4 cells a particle; a tree with more cells than planned stops with
+def test_groups_beyond_the_plan_raise_memory_budget_error(tmp_path, monkeypatch):
+    """The budget plans ~1/48 groups a particle (the cells themselves are paged, however many
+    there are); a tree with more groups than planned and no room for them stops with
     MemoryBudgetError naming the least budget (from the core's charge), never an OOM kill."""
     import gravpipe.ooc as ooc_mod
     n = 6000
     p = gp.ic.plummer(n, seed=1)
-    monkeypatch.setattr(ooc_mod, "CELLS_PER_PARTICLE_AT_16", 0.001)  # plan for almost no cells
-    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 1024)  # and little room for anything else
-    monkeypatch.setattr(ooc_mod, "COPY_ALLOWANCE", 64 * 1024)
+    monkeypatch.setattr(ooc_mod, "GROUPS_PER_PARTICLE_AT_256", 1e-6)  # plan for almost no groups
+    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 16)  # and little room for anything else
+    monkeypatch.setattr(ooc_mod, "COPY_ALLOWANCE", 0)
+    monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads: 0)
     budget = _least(n, 1)
-    with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=1, page_bytes=PAGE) as o:
-        with pytest.raises(MemoryBudgetError, match="cells.*least budget that works") as e:
+    with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=1, page_bytes=PAGE,
+                                  n_crit=16) as o:
+        with pytest.raises(MemoryBudgetError, match="groups.*least budget that works") as e:
             o.forces()
         assert e.value.least_budget > budget
     assert os.listdir(tmp_path) == []

@@ -186,8 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap; ratio: the first, default 1 MiB)")
     bo.add_argument("--fractions", type=_fraction_or_float, nargs="+", default=None,
                     help="cache sizes as fractions of the particle data (swap)")
-    bo.add_argument("--cache-fraction", type=_fraction_or_float, default=0.1,
-                    help="cache as a fraction of the particle data (ratio; default 1/10)")
+    bo.add_argument("--budget-fraction", type=_fraction_or_float, default=0.1,
+                    help="the whole memory budget (caches, cells, sort) as a fraction of the particle data "
+                         "(ratio; default 1/10)")
     bo.add_argument("--model", choices=["plummer", "cube"], default="plummer")
     bo.add_argument("--file", help="IC snapshot (demo)")
     bo.add_argument("--memory-budget", default="4GiB", help="budget of the demo (default 4GiB)")
@@ -498,17 +499,18 @@ def _bench_ooc(args: argparse.Namespace) -> int:
         doc["ratio"] = []
         for n in args.n:
             page = {"page": args.pages[0]} if args.pages else {}
-            r = bo.ratio(n, args.scratch, cache_fraction=args.cache_fraction, model=args.model, threads=args.threads,
+            r = bo.ratio(n, args.scratch, budget_fraction=args.budget_fraction, model=args.model, threads=args.threads,
                          progress=lambda m: print(m, flush=True), **page)
             doc["ratio"].append(r)
             st = r["stages"]
             print(f"N = {n}: in core {r['seconds_in_core']:.2f} s, out of core {r['seconds_out_of_core']:.2f} s, "
-                  f"ratio {r['ratio']:.3f} (cache {r['cache_fraction']:g} of the data = "
-                  f"{format_bytes(r['cache_bytes'])}, budget {format_bytes(r['budget_bytes'])} = "
-                  f"{r['budget_fraction']:.2f} of the data, peak charged {format_bytes(r['budget_peak_bytes'])}); "
-                  f"bitwise equal: {r['identical_to_in_core']}")
+                  f"ratio {r['ratio']:.3f} (budget {format_bytes(r['budget_bytes'])} = {r['budget_fraction']:.3g} of "
+                  f"the data: particle cache {format_bytes(r['cache_bytes'])}, cell cache "
+                  f"{format_bytes(r['cell_cache_bytes'])} for {r['cells']} cells; peak charged "
+                  f"{format_bytes(r['budget_peak_bytes'])}); bitwise equal: {r['identical_to_in_core']}")
             print("  stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in st.items()) +
-                  f"; read {format_bytes(r['bytes_read'])}, written {format_bytes(r['bytes_written'])}, stalls "
+                  f"; read {format_bytes(r['bytes_read'])} (cells {format_bytes(r['cell_bytes_read'])}), written "
+                  f"{format_bytes(r['bytes_written'])} (cells {format_bytes(r['cell_bytes_written'])}), stalls "
                   f"{r['stall_seconds']:.2f} thread-s; {r['interactions_per_s_out_of_core']:.3g} interactions/s; "
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
     if "demo" in args.what:

@@ -16,12 +16,14 @@ sort buffer are sorted by (curve key, caller index) and merged, so the order is 
 stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
 ``pos~``) and the keys; on disk that is 192 bytes a particle.
 
-The budget covers everything that grows with N: the page checksum table, the page cache, the
-tree's cells (238 bytes a cell; ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform
-cube at n_leaf = 16), the sorted keys while the tree is built (8 bytes a particle), each
-thread's interaction lists (16 bytes a cell), the sort buffer and the merge's run sources
-(2 bytes a particle). The cache gets what the largest of those phases leaves. A budget that
-cannot hold them raises :class:`~gravpipe.errors.MemoryBudgetError` naming the least budget.
+The budget covers everything that grows with N: the page checksum tables, the page cache, the
+tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform cube
+at n_leaf = 16, themselves paged through a cache of their own: :class:`PagedTree`), its groups
+(88 bytes each), the sort buffer and the merge's run sources (2 bytes a particle). By default
+the particles' cache gets half of what the least needs leave, and the tree's cell cache what
+is left when the tree is built (the sort's buffer has gone back by then). A budget that cannot
+hold the least of them raises :class:`~gravpipe.errors.MemoryBudgetError` naming the least
+budget.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, pars
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
 
-__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "CHECKPOINT_STATE", "plan_budget"]
+__all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "CHECKPOINT_STATE", "plan_budget", "tree_keep_free"]
 
 #: the fields the external sort carries (each with its twin "<name>~"), besides key and index
 CARRIED = ["pos", "vel", "mass", "id"]
@@ -62,11 +64,20 @@ CHECKPOINT_STATE: dict[str, tuple[int, str]] = {"acc": (3, "f8"), "pot": (1, "f8
 #: cells per particle the budget plans for, at n_leaf = 16 (measured: Plummer 0.23, uniform
 #: cube 0.29-0.35); scaled by 16 / n_leaf
 CELLS_PER_PARTICLE_AT_16 = 0.4
+#: groups per particle the budget plans for, at n_crit = 256 (measured: Plummer 1e7 1/80,
+#: uniform cube 1/64); scaled by 256 / n_crit
+GROUPS_PER_PARTICLE_AT_256 = 1 / 48
 #: particles per block of the leapfrog's kick and drift passes
 KICK_BLOCK = 1 << 16
 #: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
 #: page, or come when its share of pinned frames is full): a run's worth, with room to spare
 COPY_ALLOWANCE = 4 << 20
+
+
+def tree_keep_free(n: int, threads: int) -> int:
+    """Bytes the tree's cell cache leaves to the walk's other charges: the threads' copied
+    particle blocks and the prefetch's table of runs (24 bytes a run of ~2048 particles)."""
+    return threads * COPY_ALLOWANCE + 24 * (n // 1024 + 1) + (1 << 20)
 
 
 @dataclass
@@ -78,8 +89,12 @@ class StepTimes:
     moments: float = 0.0
     walk_forces: float = 0.0
     kick: float = 0.0
-    bytes_read: int = 0
+    bytes_read: int = 0         # particle and cell pages together
     bytes_written: int = 0
+    cell_bytes_read: int = 0    # ... of which the tree's cell pages
+    cell_bytes_written: int = 0
+    cell_cache_bytes: int = 0   # the tree's cell cache (frames)
+    cells: int = 0
     sort_detail: dict = field(default_factory=dict)
 
     @property
@@ -89,48 +104,55 @@ class StepTimes:
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """How a memory budget is shared (bytes): the cache, and the headroom the other phases
-    use in turn (sort buffer + run sources; keys + cells; cells + lists)."""
+    """How a memory budget is shared (bytes): the particles' cache, the least the tree needs
+    (its cells' fewest frames and the planned groups), and the headroom the sort and the tree
+    use in turn (the sort buffer and run sources; the cell cache, groups and copied blocks)."""
     budget: int
     tables_and_least_frames: int
-    cells: int
+    tree_least: int
     headroom: int
     sort_buffer: int
     cache: int
 
 
-def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int,
+def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int = 256,
                 cache_bytes: int | None = None, read_ahead: int = 4) -> BudgetPlan:
-    """The cache and sort buffer a budget leaves for ``n`` particles (see the module
-    docstring). MemoryBudgetError naming the least budget when it cannot hold them."""
+    """The particles' cache and the sort buffer a budget leaves for ``n`` particles (see the
+    module docstring). MemoryBudgetError naming the least budget when it cannot hold them."""
     fields = list(OOC_FIELDS.items())
     least_store = ParticleStore.least_budget(n, page_bytes, extra_fields=dict(fields), read_ahead=read_ahead,
                                              threads=threads)
+    tables = _tables(n, page_bytes)
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
-    cells = int(_core.paged_tree_bytes_per_cell()) * nodes
-    lists = int(_core.paged_tree_list_bytes(nodes, threads))
+    groups = math.ceil(GROUPS_PER_PARTICLE_AT_256 * 256 / n_crit * n) + 1
+    tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
     blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE  # kick/drift blocks, copied particle blocks
     least_sort = int(_core.least_sort_buffer(n))
-    headroom = max(cells + 8 * n, cells + lists, least_sort + 2 * n) + blocks
-    least = least_store + headroom
+    least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort + 2 * n) + blocks
+    least = least_store + least_headroom
     if memory_budget < least:
         raise MemoryBudgetError(
             f"memory budget {format_bytes(memory_budget)} is too small for {n} particles out of core "
-            f"(pages of {format_bytes(page_bytes)}, {threads} threads, n_leaf {n_leaf}): the page tables and "
-            f"the fewest frames take {format_bytes(least_store)}, the tree's cells (~{nodes} planned) "
-            f"{format_bytes(cells)}, its lists {format_bytes(lists)}, the sorted keys {format_bytes(8 * n)}; "
-            f"the least budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
-    # the cache gets what the headroom leaves beyond the store's own least (tables + frames)
-    cache = memory_budget - least_store - headroom + (least_store - _tables(n, page_bytes))
+            f"(pages of {format_bytes(page_bytes)}, {threads} threads, n_leaf {n_leaf}, n_crit {n_crit}): the "
+            f"page tables and the fewest frames take {format_bytes(least_store)}, the tree's fewest cell frames "
+            f"and its groups (~{groups} planned) {format_bytes(tree_least)}, the sort "
+            f"{format_bytes(least_sort + 2 * n)}; the least budget that works is {format_bytes(least)} "
+            f"({least} bytes)", memory_budget, least)
+    least_frames = least_store - tables
+    spare = memory_budget - least
+    # by default the particles' cache takes half of what the least needs leave; the other
+    # half widens the sort's buffer and the tree's cell cache
+    cache = least_frames + spare // 2
     if cache_bytes is not None:
-        if cache_bytes > cache:
+        if cache_bytes > least_frames + spare:
             raise MemoryBudgetError(
                 f"cache_bytes {format_bytes(cache_bytes)} leaves too little of the memory budget "
-                f"{format_bytes(memory_budget)} for the tree and the sort: at most {format_bytes(cache)}",
-                cache_bytes, cache)
-        cache = cache_bytes
+                f"{format_bytes(memory_budget)} for the tree and the sort: at most "
+                f"{format_bytes(least_frames + spare)}", cache_bytes, least_frames + spare)
+        cache = max(cache_bytes, least_frames)
+    headroom = memory_budget - tables - cache
     sort_buffer = max(least_sort, min(72 * n, headroom - blocks - 2 * n))
-    return BudgetPlan(memory_budget, least_store, cells, headroom, sort_buffer, cache)
+    return BudgetPlan(memory_budget, least_store, tree_least, headroom, sort_buffer, cache)
 
 
 def _tables(n: int, page_bytes: int) -> int:
@@ -172,7 +194,7 @@ class OutOfCore:
         if not (math.isfinite(float(eps)) and float(eps) >= 0):
             raise ValueError(f"eps: must be finite and >= 0, got {eps!r}")
         page = parse_byte_size(page_bytes)
-        self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf),
+        self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf), int(n_crit),
                                 None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead)
         if sort_buffer is not None:
             want = parse_byte_size(sort_buffer)
@@ -180,7 +202,7 @@ class OutOfCore:
             if want < least_sort or want > self.plan.sort_buffer:
                 raise ValueError(f"sort_buffer: must be in [{format_bytes(least_sort)}, "
                                  f"{format_bytes(self.plan.sort_buffer)}] here, got {format_bytes(want)}")
-            self.plan = BudgetPlan(self.plan.budget, self.plan.tables_and_least_frames, self.plan.cells,
+            self.plan = BudgetPlan(self.plan.budget, self.plan.tables_and_least_frames, self.plan.tree_least,
                                    self.plan.headroom, want, self.plan.cache)
         self.store = ParticleStore(scratch, self.n, self.plan.budget, page_bytes=page, extra_fields=OOC_FIELDS,
                                    cache_bytes=self.plan.cache, eviction=eviction, io=io, read_ahead=read_ahead,
@@ -294,7 +316,8 @@ class OutOfCore:
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
-                               p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"])
+                               p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
+                               tree_keep_free(self.n, self.threads))
         s0 = tree.stats()
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree
@@ -302,6 +325,11 @@ class OutOfCore:
         tree.self_forces()
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
+        c = tree.cell_counters()
+        st.cell_bytes_read += int(c["bytes_read"])
+        st.cell_bytes_written += int(c["bytes_written"])
+        st.cell_cache_bytes = int(tree.cell_cache_bytes)
+        st.cells = int(tree.cell_count)
         self._have_forces = True
 
     def step(self, dt: float) -> StepTimes:
@@ -344,7 +372,8 @@ class OutOfCore:
         t0 = time.perf_counter()
         self._tree = None  # the run's cells go back to the budget first
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], float(theta), p["quadrupole"], p["quad_tol"],
-                               p["n_leaf"], p["n_crit"], p["threads"], precision, p["local_expansion"], p["isa"])
+                               p["n_leaf"], p["n_crit"], p["threads"], precision, p["local_expansion"], p["isa"],
+                               tree_keep_free(self.n, self.threads))
         tree.self_forces(acc_field="", pot_field="pot_check")
         del tree
         return time.perf_counter() - t0
@@ -390,9 +419,10 @@ class OutOfCore:
         return ooc
 
     def _traffic(self, st: StepTimes, before: dict) -> None:
+        """Bytes read and written in the step: the particles' pages and the tree's cell pages."""
         after = self.store.stats()
-        st.bytes_read = int(after["bytes_read"]) - int(before["bytes_read"])
-        st.bytes_written = int(after["bytes_written"]) - int(before["bytes_written"])
+        st.bytes_read = int(after["bytes_read"]) - int(before["bytes_read"]) + st.cell_bytes_read
+        st.bytes_written = int(after["bytes_written"]) - int(before["bytes_written"]) + st.cell_bytes_written
 
     # ---- reading back ---------------------------------------------------------------------------
 

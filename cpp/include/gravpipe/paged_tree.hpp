@@ -5,17 +5,21 @@
 // then the octree, the groups, the runs and every sum are those of the in-core Tree over the
 // same particles, and so are the forces, bit for bit.
 //
-// Memory: the sorted keys (8 bytes a particle, during the build only), the cells (their
-// topology, moments and walk copies) and each thread's interaction lists are charged to the
-// store's budget, besides the cache's frames; a budget that cannot hold them stops with a
-// BudgetError naming the least budget that works.
+// Memory: the cells live in pages (paged_cells.hpp) served by a cache of their own whose
+// frames are charged to the store's budget: all that the budget has left when the tree is
+// built, less `keep_free` (the particle blocks the walk copies) and the groups. The build
+// reads the sorted keys from the store's pages, never all at once. Nothing that grows with N
+// stays in memory outside the budget: a budget that cannot hold the fewest frames stops with
+// a BudgetError naming the least budget that works.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
 #include "gravpipe/memory_budget.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -25,8 +29,9 @@ class PagedTree {
  public:
   /// Build from the store's "key" (sorted), "pos" and "mass". Throws InputError for bad
   /// parameters (alpha > 0: the relative criterion needs old accelerations, not kept out of
-  /// core), BudgetError when the cells do not fit.
-  PagedTree(ParticleStore& store, const TreeParams& params);
+  /// core), BudgetError when the budget cannot hold the cells' fewest frames and the groups.
+  /// `keep_free`: bytes of the budget the cell cache leaves to others (copied particle blocks).
+  PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free = 0);
 
   /// Self-gravity of every particle of the store (self excluded) into its fields `acc_field`
   /// and `pot_field` (curve order), as Tree::self_forces computes it. An empty `acc_field`
@@ -39,23 +44,33 @@ class PagedTree {
   int prefetch_runs() const { return prefetch_runs_; }
 
   const TreeStats& stats() const { return stats_; }
-  const TreeNodes& nodes() const { return nodes_; }
   Isa isa() const { return isa_; }
-  /// Bytes charged for the cells (and, during self_forces, the lists).
-  std::uint64_t cell_bytes() const { return cells_charge_.bytes(); }
-  /// Bytes of the cells of a tree with `nodes` cells, and of the lists of `threads` threads.
-  static std::uint64_t bytes_per_cell();
-  static std::uint64_t list_bytes(std::size_t nodes, int threads);
+  std::int64_t cell_count() const { return cells_->count(); }
+  /// Bytes of the cell cache's frames (charged to the store's budget).
+  std::uint64_t cell_cache_bytes() const;
+  /// Page traffic of the cell tables since the build began.
+  StoreCounters cell_counters() const { return cells_->counters(); }
+  /// The least bytes the tree charges beyond the store's: the cells' fewest frames (and
+  /// their page tables for `cells` cells) and `groups` groups.
+  static std::uint64_t least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads);
 
  private:
+  void check_sorted_keys();
+  void build_cells();
+  void compute_paged_moments();
+  void make_groups();
+
   ParticleStore& store_;
   TreeParams params_;
   int threads_;
   Isa isa_;
   int prefetch_runs_;
-  TreeNodes nodes_;
-  std::vector<std::int32_t> groups_;
-  Reservation cells_charge_;
+  std::uint64_t keep_free_;
+  std::unique_ptr<PagedCells> cells_;
+  std::vector<std::int64_t> level_begin_;  // first cell of each level (breadth first), and the count
+  std::int64_t groups_counted_ = 0;
+  Reservation groups_charge_;
+  std::vector<Group> groups_;
   TreeStats stats_;
 };
 

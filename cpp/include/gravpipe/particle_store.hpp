@@ -85,6 +85,9 @@ class ParticleStore {
   /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
   /// that lie inside one page straight from its frame while the handle lives.
   PageHandle pin(std::int64_t page) { return cache_->pin(page, PageCache::Access::Read); }
+  /// The page cache itself, for readers that keep their own pins (PinnedSlots: the
+  /// out-of-core tree's build reads the sorted keys through it).
+  PageCache& cache() { return *cache_; }
 
   /// Every value of `field` is dead: the caller writes all of them before it reads any
   /// (PageCache::discard). Partial-page writes that follow then fill zeroed frames instead

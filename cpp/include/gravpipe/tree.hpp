@@ -119,9 +119,47 @@ struct TreeNodes {
   bool is_leaf(std::size_t c) const { return first_child[c] < 0; }
 };
 
+// ---- cells as the walk and the evaluation read them ----------------------------------------
+//
+// The walk, the MAC, gathering and local expansions read cells through an accessor, as they
+// read particles (particle_view.hpp), so that the out-of-core tree serves the same code from
+// the pages of its cell table (paged_cells.hpp). A cell accessor is any type with
+//   WalkCell walk(std::int32_t k) const;      what the walk reads (one cache line)
+//   CellTerms terms(std::int32_t k) const;    what gathering and local expansions read
+//   double mass_size2(std::int32_t k) const;  M l^2, for the relative criterion
+// used by one thread at a time; an evaluation asks the shared cells for one accessor per
+// thread with reader(). The in-core one reads TreeNodes' arrays (inlined: nothing to pay).
+
+/// A cell's monopole and quadrupole as the kernels and local expansions use them.
+struct CellTerms {
+  double cx, cy, cz, m;                    // centre of mass and mass
+  double qxx, qxy, qxz, qyy, qyz, qzz, qtr;  // traceless Q about the com and its trace part T
+};
+
 /// Octree over sorted keys: a cell with more than n_leaf particles below kTreeMaxLevel is
 /// split into its non-empty octants.
 TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
+
+/// The cell accessor over TreeNodes in memory; its own reader (a view: copy freely).
+class InCoreCells {
+ public:
+  explicit InCoreCells(const TreeNodes& t) : t_(&t) {}
+  std::size_t count() const { return t_->count(); }
+  const WalkCell& walk(std::int32_t k) const { return t_->walk[static_cast<std::size_t>(k)]; }
+  CellTerms terms(std::int32_t k) const {
+    const TreeNodes& t = *t_;
+    const auto c = static_cast<std::size_t>(k);
+    return {t.cx[c], t.cy[c], t.cz[c], t.mass[c], t.qxx[c], t.qxy[c], t.qxz[c], t.qyy[c], t.qyz[c], t.qzz[c], t.qtr[c]};
+  }
+  double mass_size2(std::int32_t k) const {
+    const auto c = static_cast<std::size_t>(k);
+    return t_->mass[c] * t_->size[c] * t_->size[c];
+  }
+  InCoreCells reader() const { return *this; }
+
+ private:
+  const TreeNodes* t_;
+};
 
 /// Fill the moments of every cell from the particles (an accessor, particle_view.hpp, in
 /// curve order), and `walk`. Instantiated for InCoreParticles.
@@ -148,11 +186,15 @@ struct Group {
   double a_min = 0;                            // smallest |a_old| in the group (0: none)
 };
 
-/// Self-gravity groups: the highest cells with <= n_crit particles (or leaves).
+/// Self-gravity groups: the highest cells with <= n_crit particles (or leaves), in curve
+/// order. Needs only the topology (before the moments); `Cells` is any type whose
+/// walk(k) gives begin, end, first_child and n_children (PagedCellReader).
+template <class Cells>
+std::vector<std::int32_t> group_cells(const Cells& t, int n_crit);
 std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit);
 
-/// One group's list. The cell buffers are sized to the tree once and reused: the walk
-/// writes every tested cell to both and advances their counts without branching.
+/// One group's list. The cell buffers grow as a walk needs them and are reused from group
+/// to group (their length follows the list's, ~log N, not the tree's size).
 struct InteractionList {
   std::vector<std::int32_t> near_buf, far_buf;
   std::size_t n_near = 0, n_far = 0;
@@ -179,7 +221,9 @@ struct MacParams {
 /// the group and the distance d from the group's box to its com exceeds its opening radius
 /// size/theta + |com - box centre|; opened leaves give their particle ranges.
 /// With `start`, the walk begins from those cells instead of the root (a run's frontier).
-void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out,
+/// Cells through an accessor (InCoreCells, PagedCellReader).
+template <class Cells>
+void walk_group(const Cells& t, const Group& g, const MacParams& mac, InteractionList& out,
                 Span<const std::int32_t> start = {});
 
 /// The shared part of the walks of a run of groups (`run`: the union of their boxes and
@@ -188,7 +232,8 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
 /// walk_group continues; cells no member accepts are opened here once. Each member's
 /// shared + own list is then exactly the list of its own walk from the root, for a
 /// fraction of the MAC tests.
-void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, const MacParams& mac,
+template <class Cells>
+void walk_run(const Cells& t, const Group& run, Span<const Group> members, const MacParams& mac,
               InteractionList& shared, std::vector<std::int32_t>& frontier);
 
 // ---- evaluation (tree_evaluate.cpp) ------------------------------------------------------
@@ -240,9 +285,9 @@ struct GatheredList {
   /// Copy the list's particles (read through the accessor p, one block per opened leaf)
   /// and cells; ranges meeting [ex_begin, ex_end) go first. Without quadrupoles the cells
   /// join the particle stream as pseudo-particles. Mixed: coordinates relative to `centre`
-  /// (the group's). Instantiated for InCoreParticles.
-  template <class Particles>
-  void gather(const InteractionList& l, const TreeNodes& t, const Particles& p, bool quadrupole,
+  /// (the group's). Instantiated for in-core particles and cells and for paged ones.
+  template <class Particles, class Cells>
+  void gather(const InteractionList& l, const Cells& t, const Particles& p, bool quadrupole,
               std::int64_t ex_begin, std::int64_t ex_end, Precision precision, const double centre[3]);
   std::size_t n_particles() const { return n_source_particles; }
   std::size_t n_cells() const { return n_source_cells; }

@@ -175,7 +175,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
   const auto t_start = Clock::now();
   const InCoreParticles sources = particles();
   const CallerResults results{i_caller, acc, pot};
-  const GroupEvaluation<InCoreParticles, InCoreParticles> e{nodes_, params_, isa_, sources, sinks, i_exclude, results};
+  const InCoreCells cells(nodes_);
+  const GroupEvaluation<InCoreParticles, InCoreParticles> e{cells, params_, isa_, sources, sinks, i_exclude, results};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }

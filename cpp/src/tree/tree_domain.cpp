@@ -107,8 +107,9 @@ void DomainTree::forces(Span<double> acc, Span<double> pot, Span<std::int64_t> c
   std::iota(self.begin(), self.end(), std::int64_t{0});
   const InCoreParticles sources = all_particles(), sinks = local_particles();
   const CallerResults results{{order_.data(), n_local_}, acc, pot, cost};
+  const InCoreCells cells(nodes);
   const GroupEvaluation<InCoreParticles, InCoreParticles> e{
-      nodes, params_, isa_, sources, sinks, {self.data(), n_local_}, results};
+      cells, params_, isa_, sources, sinks, {self.data(), n_local_}, results};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   if (work.pruned_opened > 0)
     throw EssentialTreeError("locally essential tree: " + std::to_string(work.pruned_opened) +

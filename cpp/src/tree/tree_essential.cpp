@@ -33,7 +33,8 @@ EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const Do
   Group box;
   for (int a = 0; a < 3; ++a) box.lo[a] = d.lo[a], box.hi[a] = d.hi[a];
   box.a_min = d.a_min;
-  const Acceptor acceptor(t, box, mac);
+  const InCoreCells cells(t);
+  const Acceptor<InCoreCells> acceptor(cells, box, mac);
   std::vector<std::int32_t> queue{0};  // source cells in piece order (breadth first)
   for (std::size_t q = 0; q < queue.size(); ++q) {
     const std::int32_t k = queue[q];

@@ -2,6 +2,7 @@
 // (the "j-particle write" of the GRAPE treecode: cells and particles become pseudo
 // particles of one stream), then run the list kernel of the chosen instruction set.
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
 #include "tree_kernel.hpp"
@@ -18,21 +19,19 @@ void put_particles(ListParticle<T>* out, const ParticleBlock& p, const double o[
 }
 
 template <class T>
-ListParticle<T> monopole(const TreeNodes& t, std::int32_t c, const double o[3]) {
-  return {static_cast<T>(t.cx[c] - o[0]), static_cast<T>(t.cy[c] - o[1]),
-          static_cast<T>(t.cz[c] - o[2]), static_cast<T>(t.mass[c])};
+ListParticle<T> monopole(const CellTerms& c, const double o[3]) {
+  return {static_cast<T>(c.cx - o[0]), static_cast<T>(c.cy - o[1]), static_cast<T>(c.cz - o[2]), static_cast<T>(c.m)};
 }
 
 template <class T>
-ListCell<T> quadrupole_cell(const TreeNodes& t, std::int32_t c, const double o[3]) {
+ListCell<T> quadrupole_cell(const CellTerms& c, const double o[3]) {
   const auto f = [](double v) { return static_cast<T>(v); };
-  return {f(t.cx[c] - o[0]), f(t.cy[c] - o[1]), f(t.cz[c] - o[2]), f(t.mass[c]),
-          f(t.qxx[c]), f(t.qxy[c]), f(t.qxz[c]), f(t.qyy[c]), f(t.qyz[c]), f(t.qzz[c]),
-          f(t.qtr[c]), T(0)};
+  return {f(c.cx - o[0]), f(c.cy - o[1]), f(c.cz - o[2]), f(c.m), f(c.qxx), f(c.qxy),
+          f(c.qxz),       f(c.qyy),       f(c.qyz),       f(c.qzz), f(c.qtr), T(0)};
 }
 
-template <class T, class Particles>
-void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, const TreeNodes& t,
+template <class T, class Particles, class Cells>
+void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, const Cells& t,
                  const Particles& p, bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
                  const double o[3]) {
   auto meets = [&](std::int64_t b, std::int64_t e) { return b < ex_end && ex_begin < e; };
@@ -60,19 +59,19 @@ void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, co
     }
   for (std::size_t k = 0; k < n_cells; ++k) {
     if (quadrupole)
-      a.c[k] = quadrupole_cell<T>(t, cells[k], o);
+      a.c[k] = quadrupole_cell<T>(t.terms(cells[k]), o);
     else
-      a.p[at++] = monopole<T>(t, cells[k], o);
+      a.p[at++] = monopole<T>(t.terms(cells[k]), o);
   }
-  for (const auto c : far) a.p[at++] = monopole<T>(t, c, o);
+  for (const auto c : far) a.p[at++] = monopole<T>(t.terms(c), o);
   g.n_masked = n_masked;
   g.n_source_particles = n_part;
   g.n_source_cells = n_cells + n_far;
 }
 }  // namespace
 
-template <class Particles>
-void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const Particles& p,
+template <class Particles, class Cells>
+void GatheredList::gather(const InteractionList& l, const Cells& t, const Particles& p,
                           bool quadrupole, std::int64_t ex_begin, std::int64_t ex_end,
                           Precision precision, const double centre[3]) {
   mixed = precision == Precision::Mixed;
@@ -83,11 +82,12 @@ void GatheredList::gather(const InteractionList& l, const TreeNodes& t, const Pa
     gather_into(*this, d, l, t, p, quadrupole, ex_begin, ex_end, origin);
 }
 
-template void GatheredList::gather<InCoreParticles>(const InteractionList&, const TreeNodes&,
-                                                   const InCoreParticles&, bool, std::int64_t, std::int64_t,
-                                                   Precision, const double[3]);
-template void GatheredList::gather<PagedParticles>(const InteractionList&, const TreeNodes&, const PagedParticles&,
-                                                  bool, std::int64_t, std::int64_t, Precision, const double[3]);
+template void GatheredList::gather<InCoreParticles, InCoreCells>(const InteractionList&, const InCoreCells&,
+                                                                const InCoreParticles&, bool, std::int64_t,
+                                                                std::int64_t, Precision, const double[3]);
+template void GatheredList::gather<PagedParticles, PagedCellReader>(const InteractionList&, const PagedCellReader&,
+                                                                   const PagedParticles&, bool, std::int64_t,
+                                                                   std::int64_t, Precision, const double[3]);
 
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);

@@ -119,17 +119,17 @@ void LocalExpansion::reset(const double centre[3]) {
   coeff_.fill(0.0);
 }
 
-void LocalExpansion::add_cell(const TreeNodes& t, std::int32_t c, double eps2, bool quadrupole) {
+void LocalExpansion::add_cell(const CellTerms& c, double eps2, bool quadrupole) {
   double d[(kMaxOrder + 1) * kTerms];  // D in the first kTerms
-  derivatives(t.cx[c] - g_[0], t.cy[c] - g_[1], t.cz[c] - g_[2], eps2, d);
-  const double m = t.mass[c];
+  derivatives(c.cx - g_[0], c.cy - g_[1], c.cz - g_[2], eps2, d);
+  const double m = c.m;
   // 1/2 S_ij with S = (Q + T I) / 3 from the traceless Q and the trace T; the off-diagonal
   // pairs appear twice in the sum over i, j
   double h[6] = {0, 0, 0, 0, 0, 0};
   if (quadrupole) {
-    const double sixth = 1.0 / 6.0, tr = t.qtr[c];
-    h[0] = (t.qxx[c] + tr) * sixth, h[1] = (t.qyy[c] + tr) * sixth, h[2] = (t.qzz[c] + tr) * sixth;
-    h[3] = 2 * t.qxy[c] * sixth, h[4] = 2 * t.qxz[c] * sixth, h[5] = 2 * t.qyz[c] * sixth;
+    const double sixth = 1.0 / 6.0, tr = c.qtr;
+    h[0] = (c.qxx + tr) * sixth, h[1] = (c.qyy + tr) * sixth, h[2] = (c.qzz + tr) * sixth;
+    h[3] = 2 * c.qxy * sixth, h[4] = 2 * c.qxz * sixth, h[5] = 2 * c.qyz * sixth;
   }
   const auto& terms = local_terms();
   for (std::size_t q = 0; q < terms.size(); ++q) {

@@ -16,8 +16,8 @@ class LocalExpansion {
  public:
   /// Start an empty expansion about `centre`.
   void reset(const double centre[3]);
-  /// Add cell c's monopole (and, with `quadrupole`, its second moments), softened by eps2.
-  void add_cell(const TreeNodes& t, std::int32_t c, double eps2, bool quadrupole);
+  /// Add a cell's monopole (and, with `quadrupole`, its second moments), softened by eps2.
+  void add_cell(const CellTerms& c, double eps2, bool quadrupole);
   /// Add the expansion's G-free sums at (x, y, z): pot += sum m/R, acc += its gradient
   /// (pointing at the mass), as the list kernels' sums.
   void evaluate(double x, double y, double z, double& ax, double& ay, double& az, double& pot) const;

@@ -20,15 +20,17 @@ inline double box_distance2(const Group& g, double x, double y, double z) {
 }
 
 /// The acceptance test of one group (or of a domain's box): the Barnes-Hut criterion from
-/// its box and, with old accelerations, GADGET's relative criterion.
+/// its box and, with old accelerations, GADGET's relative criterion. Cells through an
+/// accessor (tree.hpp), which must outlive the Acceptor.
+template <class Cells>
 class Acceptor {
  public:
-  Acceptor(const TreeNodes& t, const Group& g, const MacParams& mac)
+  Acceptor(const Cells& t, const Group& g, const MacParams& mac)
       : t_(t), g_(g), relative_(mac.alpha > 0 && g.a_min > 0),
         rel_bound_(relative_ ? mac.alpha * g.a_min / mac.G : 0.0) {}
-  /// Whether the group may use cell k whole; d2: its squared distance from the box.
-  bool accepts(std::int32_t k, double& d2) const {
-    const WalkCell& c = t_.walk[k];
+  /// Whether the group may use cell k (whose walk record is c) whole; d2: its squared
+  /// distance from the box.
+  bool accepts(std::int32_t k, const WalkCell& c, double& d2) const {
     // a cell holding an excluded particle of the group (its own particles, for
     // self-gravity) must never be used whole: its mass would include them
     const bool holds_excluded = c.begin < g_.ex_end && g_.ex_begin < c.end;
@@ -37,12 +39,13 @@ class Acceptor {
     // the relative criterion: the cell's error term G M l^2 / d^4 must stay below
     // alpha |a_old| of the most sensitive particle in the group (a smaller a_min, a
     // larger box: fewer cells accepted)
-    if (accept && relative_) accept = t_.mass[k] * t_.size[k] * t_.size[k] <= rel_bound_ * d2 * d2;
+    if (accept && relative_) accept = t_.mass_size2(k) <= rel_bound_ * d2 * d2;
     return accept;
   }
+  bool accepts(std::int32_t k, double& d2) const { return accepts(k, t_.walk(k), d2); }
 
  private:
-  const TreeNodes& t_;
+  const Cells& t_;
   const Group& g_;
   bool relative_;
   double rel_bound_;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "gravpipe/stopwatch.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "store_results.hpp"
 #include "tree_local.hpp"
@@ -47,14 +48,16 @@ constexpr double kLocalRadii = 5.0;
 
 /// Move the cells of `cells[0, n)` that lie beyond r2_min from g into the expansion;
 /// returns how many stay (compacted to the front).
-std::size_t expand_far(std::int32_t* cells, std::size_t n, const TreeNodes& t, const double g[3],
-                       double r2_min, double eps2, bool quadrupole, LocalExpansion& local) {
+template <class Cells>
+std::size_t expand_far(std::int32_t* cells, std::size_t n, const Cells& t, const double g[3], double r2_min,
+                       double eps2, bool quadrupole, LocalExpansion& local) {
   std::size_t kept = 0;
   for (std::size_t q = 0; q < n; ++q) {
     const std::int32_t c = cells[q];
-    const double dx = t.cx[c] - g[0], dy = t.cy[c] - g[1], dz = t.cz[c] - g[2];
+    const CellTerms terms = t.terms(c);
+    const double dx = terms.cx - g[0], dy = terms.cy - g[1], dz = terms.cz - g[2];
     if (dx * dx + dy * dy + dz * dz >= r2_min)
-      local.add_cell(t, c, eps2, quadrupole);
+      local.add_cell(terms, eps2, quadrupole);
     else
       cells[kept++] = c;
   }
@@ -100,9 +103,9 @@ void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_
 
 /// Move the shared cells beyond kLocalRadii run radii from the run's centre into w.local
 /// (reset about that centre); they leave w.shared. Returns how many moved.
-template <class Sources, class Sinks, class Results>
-std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, const double centre[3],
-                          GroupScratch& w) {
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells,
+                          const Group& run, const double centre[3], GroupScratch& w) {
   InteractionList& l = w.shared;
   const std::size_t before = l.n_near + l.n_far;
   w.local.reset(centre);
@@ -110,8 +113,8 @@ std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results>& e, con
   const double eps2 = e.params.eps * e.params.eps, kappa = kLocalRadii;
   const double hx = run.hi[0] - run.lo[0], hy = run.hi[1] - run.lo[1], hz = run.hi[2] - run.lo[2];
   const double r2_min = kappa * kappa * 0.25 * (hx * hx + hy * hy + hz * hz);
-  l.n_near = expand_far(l.near_buf.data(), l.n_near, e.nodes, centre, r2_min, eps2, e.params.quadrupole, w.local);
-  l.n_far = expand_far(l.far_buf.data(), l.n_far, e.nodes, centre, r2_min, eps2, false, w.local);
+  l.n_near = expand_far(l.near_buf.data(), l.n_near, cells, centre, r2_min, eps2, e.params.quadrupole, w.local);
+  l.n_far = expand_far(l.far_buf.data(), l.n_far, cells, centre, r2_min, eps2, false, w.local);
   return before - l.n_near - l.n_far;
 }
 
@@ -119,21 +122,21 @@ std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results>& e, con
 /// its particles, into w.run_sinks (the far ones through the local expansion, the others
 /// gathered once, relative to the run's centre: they are all beyond their opening radius
 /// from its box). `sinks` holds the run's i-particles.
-template <class Sources, class Sinks, class Results>
-void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, Span<const Group> members,
-                     const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
+                     Span<const Group> members, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
   const double eps2 = e.params.eps * e.params.eps;
   const auto t0 = Clock::now();
-  walk_run(e.nodes, run, members, mac, w.shared, w.frontier);
+  walk_run(cells, run, members, mac, w.shared, w.frontier);
   work.mac_tests += w.shared.mac_tests;
   const auto t1 = Clock::now();
   double centre[3];
   centre_of(run, centre);
   const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
   const std::size_t n_shared = w.shared.n_near + w.shared.n_far;
-  const std::size_t n_expanded = expand_shared(e, run, centre, w);
-  w.shared_gathered.gather(w.shared, e.nodes, e.sources, e.params.quadrupole, 0, 0, e.params.precision, centre);
+  const std::size_t n_expanded = expand_shared(e, cells, run, centre, w);
+  w.shared_gathered.gather(w.shared, cells, e.sources, e.params.quadrupole, 0, 0, e.params.precision, centre);
   set_sinks(w.run_sinks, sinks, e.i_exclude, e.exclude_self, run, e.params.precision == Precision::Mixed, centre, e.isa);
   evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n, e.isa), eps2, e.isa);
   GroupSinks& rs = w.run_sinks;
@@ -151,17 +154,17 @@ void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results>& e, const Gr
 
 /// The part of member group g: walk on from the run's frontier, evaluate its own list, add
 /// the run's shared sums (w.run_sinks) and write the caller-ordered results.
-template <class Sources, class Sinks, class Results>
-void evaluate_member(const GroupEvaluation<Sources, Sinks, Results>& e, const Group& run, const Group& g,
-                     const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void evaluate_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
+                     const Group& g, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
   const double eps2 = e.params.eps * e.params.eps, G = e.params.G;
   const auto t0 = Clock::now();
-  walk_group(e.nodes, g, mac, w.list, {w.frontier.data(), w.frontier.size()});
+  walk_group(cells, g, mac, w.list, {w.frontier.data(), w.frontier.size()});
   const auto t1 = Clock::now();
   double centre[3];
   centre_of(g, centre);
-  w.gathered.gather(w.list, e.nodes, e.sources, e.params.quadrupole, g.ex_begin, g.ex_end, e.params.precision, centre);
+  w.gathered.gather(w.list, cells, e.sources, e.params.quadrupole, g.ex_begin, g.ex_end, e.params.precision, centre);
   const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
   set_sinks(w.sinks, sinks, e.i_exclude, e.exclude_self, g, e.params.precision == Precision::Mixed, centre, e.isa);
   evaluate_group(w.gathered, w.sinks, padded_count(n, e.isa), eps2, e.isa);
@@ -183,14 +186,14 @@ void evaluate_member(const GroupEvaluation<Sources, Sinks, Results>& e, const Gr
 }
 
 /// Groups [first, last): the shared part once, then each member's own.
-template <class Sources, class Sinks, class Results>
-void evaluate_run(const GroupEvaluation<Sources, Sinks, Results>& e, Span<const Group> members, GroupScratch& w,
-                  GroupWork& work) {
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void evaluate_run(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells,
+                  Span<const Group> members, GroupScratch& w, GroupWork& work) {
   const Group run = run_group(members);
   e.results.begin_run(run);
   const ParticleBlock sinks = e.sinks.block(run.i_begin, run.i_end);
-  evaluate_shared(e, run, members, sinks, w, work);
-  for (const Group& g : members) evaluate_member(e, run, g, sinks, w, work);
+  evaluate_shared(e, cells, run, members, sinks, w, work);
+  for (const Group& g : members) evaluate_member(e, cells, run, g, sinks, w, work);
   e.results.end_run(run);
   // no block of this run is live any more: a paged accessor unpins and frees them here
   e.sources.release_thread();
@@ -238,8 +241,8 @@ GroupWork& GroupWork::operator+=(const GroupWork& o) {
   return *this;
 }
 
-template <class Sources, class Sinks, class Results>
-GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, const std::vector<Group>& groups,
+template <class Sources, class Sinks, class Results, class Cells>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const std::vector<Group>& groups,
                           int threads) {
   const auto runs = make_runs(groups);
   const auto nr = static_cast<std::int64_t>(runs.size());
@@ -254,12 +257,13 @@ GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, con
   {
     GroupScratch w;
     GroupWork mine;
+    const auto cells = e.cells.reader();  // this thread's (a paged one holds its own pins)
 #pragma omp for schedule(dynamic, chunk)
     for (std::int64_t r = 0; r < nr; ++r) {
       if (failed.load(std::memory_order_relaxed)) continue;
       try {
         const auto [first, last] = runs[r];
-        evaluate_run(e, {&groups[first], last - first}, w, mine);
+        evaluate_run(e, cells, {&groups[first], last - first}, w, mine);
       } catch (...) {
         e.sources.release_thread();
         e.sinks.release_thread();
@@ -275,9 +279,10 @@ GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, con
   return total;
 }
 
-template GroupWork evaluate_groups<InCoreParticles, InCoreParticles, CallerResults>(
-    const GroupEvaluation<InCoreParticles, InCoreParticles, CallerResults>&, const std::vector<Group>&, int);
-template GroupWork evaluate_groups<PagedParticles, PagedParticles, StoreResults>(
-    const GroupEvaluation<PagedParticles, PagedParticles, StoreResults>&, const std::vector<Group>&, int);
+template GroupWork evaluate_groups<InCoreParticles, InCoreParticles, CallerResults, InCoreCells>(
+    const GroupEvaluation<InCoreParticles, InCoreParticles, CallerResults, InCoreCells>&, const std::vector<Group>&,
+    int);
+template GroupWork evaluate_groups<PagedParticles, PagedParticles, StoreResults, PagedCells>(
+    const GroupEvaluation<PagedParticles, PagedParticles, StoreResults, PagedCells>&, const std::vector<Group>&, int);
 
 }  // namespace gravpipe

@@ -34,10 +34,11 @@ struct CallerResults {
 };
 
 /// What one evaluation reads and writes. Particles on both sides come through accessors
-/// (particle_view.hpp): Sources in curve order, Sinks in i order (groups are ranges of it).
-template <class Sources, class Sinks, class Results = CallerResults>
+/// (particle_view.hpp): Sources in curve order, Sinks in i order (groups are ranges of it);
+/// cells through a cell accessor (tree.hpp) whose reader() each thread takes.
+template <class Sources, class Sinks, class Results = CallerResults, class Cells = InCoreCells>
 struct GroupEvaluation {
-  const TreeNodes& nodes;
+  const Cells& cells;
   const TreeParams& params;
   Isa isa;
   const Sources& sources;
@@ -62,9 +63,10 @@ struct GroupWork {
 /// any thread count and any accessor. Each thread takes contiguous chunks of runs (curve
 /// order), so that the pages its lists touch stay near each other; after each run it
 /// releases its blocks (release_thread). Instantiated for InCoreParticles on both sides
-/// with CallerResults, and for PagedParticles with StoreResults (paged_tree.cpp).
-template <class Sources, class Sinks, class Results>
-GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results>& e, const std::vector<Group>& groups,
+/// with CallerResults and InCoreCells, and for PagedParticles with StoreResults and PagedCells
+/// (paged_tree.cpp).
+template <class Sources, class Sinks, class Results, class Cells>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const std::vector<Group>& groups,
                           int threads);
 
 /// Runs of consecutive groups (curve order, so spatially compact) that share the top of

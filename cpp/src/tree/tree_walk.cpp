@@ -5,24 +5,42 @@
 #include <algorithm>
 
 #include "gravpipe/tree.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "tree_mac.hpp"
 
 namespace gravpipe {
 
-std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit) {
+template <class Cells>
+std::vector<std::int32_t> group_cells(const Cells& t, int n_crit) {
   std::vector<std::int32_t> groups, stack{0};
   while (!stack.empty()) {
     const std::int32_t c = stack.back();
     stack.pop_back();
-    if (t.end[c] - t.begin[c] <= n_crit || t.is_leaf(c)) {
+    const WalkCell& w = t.walk(c);
+    if (w.end - w.begin <= n_crit || w.first_child < 0) {
       groups.push_back(c);
       continue;
     }
     // children pushed in reverse so that groups come out in curve order
-    for (int k = t.n_children[c] - 1; k >= 0; --k) stack.push_back(t.first_child[c] + k);
+    for (int k = w.n_children - 1; k >= 0; --k) stack.push_back(w.first_child + k);
   }
   return groups;
 }
+
+namespace {
+/// TreeNodes' topology arrays as group_cells reads them (its walk copies come with the moments).
+struct TopologyOf {
+  const TreeNodes& t;
+  WalkCell walk(std::int32_t k) const {
+    const auto c = static_cast<std::size_t>(k);
+    WalkCell w;
+    w.begin = t.begin[c], w.end = t.end[c], w.first_child = t.first_child[c], w.n_children = t.n_children[c];
+    return w;
+  }
+};
+}  // namespace
+
+std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit) { return group_cells(TopologyOf{t}, n_crit); }
 
 namespace {
 /// Append particles [b, e) to the ranges, joining it to the last range when adjacent.
@@ -33,29 +51,34 @@ inline void add_range(InteractionList& out, std::int64_t b, std::int64_t e) {
     out.ranges.emplace_back(b, e);
 }
 
-void reset(InteractionList& out, const TreeNodes& t) {
-  if (out.near_buf.size() < t.count()) out.near_buf.resize(t.count()), out.far_buf.resize(t.count());
+void reset(InteractionList& out) {
   out.n_near = out.n_far = 0;
   out.ranges.clear();
   out.mac_tests = 0;
   out.pruned_opened = 0;
 }
 
+/// Append k to buf[0, n), growing buf when full.
+inline void push_cell(std::vector<std::int32_t>& buf, std::size_t& n, std::int32_t k) {
+  if (n == buf.size()) buf.resize(2 * n + 256);
+  buf[n++] = k;
+}
+
 /// An accepted cell: multipole, or monopole alone where its quadrupole term is below
 /// quad_tol (WalkCell::mono_d2) or quadrupoles are off.
-inline void add_cell(InteractionList& out, std::int32_t k, double d2, const TreeNodes& t,
-                     const MacParams& mac) {
-  if (d2 >= t.walk[k].mono_d2 || !mac.quadrupole)
-    out.far_buf[out.n_far++] = k;
+inline void add_cell(InteractionList& out, std::int32_t k, double d2, const WalkCell& c, const MacParams& mac) {
+  if (d2 >= c.mono_d2 || !mac.quadrupole)
+    push_cell(out.far_buf, out.n_far, k);
   else
-    out.near_buf[out.n_near++] = k;
+    push_cell(out.near_buf, out.n_near, k);
 }
 }  // namespace
 
-void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, InteractionList& out,
+template <class Cells>
+void walk_group(const Cells& t, const Group& g, const MacParams& mac, InteractionList& out,
                 Span<const std::int32_t> start) {
-  reset(out, t);
-  const Acceptor acceptor(t, g, mac);
+  reset(out);
+  const Acceptor<Cells> acceptor(t, g, mac);
   std::vector<std::int32_t>& stack = out.stack;
   stack.clear();
   if (start.empty())
@@ -67,9 +90,9 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
     stack.pop_back();
     ++out.mac_tests;
     double d2 = 0;
-    const WalkCell& c = t.walk[k];
-    if (acceptor.accepts(k, d2))
-      add_cell(out, k, d2, t, mac);
+    const WalkCell& c = t.walk(k);
+    if (acceptor.accepts(k, c, d2))
+      add_cell(out, k, d2, c, mac);
     else if (c.first_child < 0 && c.begin == kPrunedRange)
       ++out.pruned_opened;  // an imported cell whose children were never sent: the caller throws
     else if (c.first_child < 0)
@@ -79,12 +102,13 @@ void walk_group(const TreeNodes& t, const Group& g, const MacParams& mac, Intera
   }
 }
 
-void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, const MacParams& mac,
+template <class Cells>
+void walk_run(const Cells& t, const Group& run, Span<const Group> members, const MacParams& mac,
               InteractionList& shared, std::vector<std::int32_t>& frontier) {
-  reset(shared, t);
+  reset(shared);
   frontier.clear();
-  const Acceptor run_acceptor(t, run, mac);
-  std::vector<Acceptor> member_acceptors;
+  const Acceptor<Cells> run_acceptor(t, run, mac);
+  std::vector<Acceptor<Cells>> member_acceptors;
   member_acceptors.reserve(members.size());
   for (const Group& g : members) member_acceptors.emplace_back(t, g, mac);
   std::vector<std::int32_t>& stack = shared.stack;
@@ -94,10 +118,10 @@ void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, c
     stack.pop_back();
     ++shared.mac_tests;
     double d2 = 0;
-    const WalkCell& c = t.walk[k];
+    const WalkCell& c = t.walk(k);
     // every member's box lies in the run's box, so what the run accepts they all do
-    if (run_acceptor.accepts(k, d2)) {
-      add_cell(shared, k, d2, t, mac);
+    if (run_acceptor.accepts(k, c, d2)) {
+      add_cell(shared, k, d2, c, mac);
       continue;
     }
     // a leaf, or a cell that some member accepts: each member decides for itself
@@ -105,7 +129,7 @@ void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, c
     for (std::size_t m = 0; m < member_acceptors.size() && !member_accepts; ++m) {
       double dm = 0;
       ++shared.mac_tests;
-      member_accepts = member_acceptors[m].accepts(k, dm);
+      member_accepts = member_acceptors[m].accepts(k, c, dm);
     }
     if (member_accepts)
       frontier.push_back(k);
@@ -113,5 +137,15 @@ void walk_run(const TreeNodes& t, const Group& run, Span<const Group> members, c
       for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
   }
 }
+
+#define GRAVPIPE_INSTANTIATE_WALKS(Cells)                                                                \
+  template std::vector<std::int32_t> group_cells<Cells>(const Cells&, int);                              \
+  template void walk_group<Cells>(const Cells&, const Group&, const MacParams&, InteractionList&,          \
+                                  Span<const std::int32_t>);                                              \
+  template void walk_run<Cells>(const Cells&, const Group&, Span<const Group>, const MacParams&,          \
+                                InteractionList&, std::vector<std::int32_t>&);
+GRAVPIPE_INSTANTIATE_WALKS(InCoreCells)
+GRAVPIPE_INSTANTIATE_WALKS(PagedCellReader)
+#undef GRAVPIPE_INSTANTIATE_WALKS
 
 }  // namespace gravpipe

@@ -12,11 +12,11 @@
 
 namespace gravpipe {
 
-WalkPrefetch::WalkPrefetch(ParticleStore& store, const TreeNodes& nodes, const std::vector<Group>& groups,
+WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const std::vector<Group>& groups,
                            const MacParams& mac, int threads, int depth, const std::string& pos,
                            const std::string& mass)
     : store_(store),
-      nodes_(nodes),
+      cells_(cells),
       groups_(groups),
       mac_(mac),
       depth_(std::max(depth, 1)),
@@ -86,17 +86,17 @@ std::int64_t WalkPrefetch::failures() const {
   return failures_;
 }
 
-void WalkPrefetch::footprint(std::int64_t r, std::vector<std::int64_t>& pages,
+void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
                              std::vector<std::int32_t>& stack) const {
   pages.clear();
   const auto [first, last] = runs_[static_cast<std::size_t>(r)];
   const Span<const Group> members(&groups_[first], last - first);
   const Group run = run_group(members);
   for (std::int64_t p = run.i_begin / per_page_; p <= (run.i_end - 1) / per_page_; ++p) pages.push_back(p);
-  const Acceptor run_acceptor(nodes_, run, mac_);
-  std::vector<Acceptor> member_acceptors;
+  const Acceptor<PagedCellReader> run_acceptor(cells, run, mac_);
+  std::vector<Acceptor<PagedCellReader>> member_acceptors;
   member_acceptors.reserve(members.size());
-  for (const Group& g : members) member_acceptors.emplace_back(nodes_, g, mac_);
+  for (const Group& g : members) member_acceptors.emplace_back(cells, g, mac_);
   // a cell matters when some member does not accept it: a leaf is then read, a cell opened.
   // Testing children against members that accepted their parent only adds pages (a
   // superset of what the members' walks read), never misses one.
@@ -105,15 +105,15 @@ void WalkPrefetch::footprint(std::int64_t r, std::vector<std::int64_t>& pages,
     const std::int32_t k = stack.back();
     stack.pop_back();
     double d2 = 0;
-    if (run_acceptor.accepts(k, d2)) continue;  // every member accepts what the run does
+    const WalkCell c = cells.walk(k);
+    if (run_acceptor.accepts(k, c, d2)) continue;  // every member accepts what the run does
     bool all_accept = true;
-    for (const Acceptor& a : member_acceptors)
-      if (!a.accepts(k, d2)) {
+    for (const Acceptor<PagedCellReader>& a : member_acceptors)
+      if (!a.accepts(k, c, d2)) {
         all_accept = false;
         break;
       }
     if (all_accept) continue;
-    const WalkCell& c = nodes_.walk[static_cast<std::size_t>(k)];
     if (c.first_child >= 0) {
       for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
     } else if (c.begin >= 0 && c.end > c.begin) {
@@ -131,6 +131,7 @@ void WalkPrefetch::footprint(std::int64_t r, std::vector<std::int64_t>& pages,
 }
 
 void WalkPrefetch::serve() {
+  const PagedCellReader cells = cells_.reader();  // this thread's pins
   std::vector<std::int64_t> pages;
   std::vector<std::int32_t> stack;
   const auto nr = static_cast<std::int64_t>(runs_.size());
@@ -153,8 +154,17 @@ void WalkPrefetch::serve() {
     const std::int64_t r = cursors_[best].next++;
     ++planned_;
     lock.unlock();
-    footprint(r, pages, stack);
+    bool planned = true;
+    try {
+      footprint(r, cells, pages, stack);
+    } catch (...) {  // a cell page that fails to load: the compute thread's own read reports it
+      planned = false;
+    }
     lock.lock();
+    if (!planned) {
+      ++failures_;
+      continue;
+    }
     if (cursors_[best].at > r) continue;  // the thread went past it meanwhile
     const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
     plans_[r] = Plan{best, pages};

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "gravpipe/memory_budget.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -38,7 +39,7 @@ class WalkPrefetch {
   /// `groups`: the evaluation's groups, runs made of them as evaluate_groups makes them; the
   /// leaves' particles come from the x, y, z of `pos` and from `mass`. The run table is
   /// charged to the store's budget. Starts the thread.
-  WalkPrefetch(ParticleStore& store, const TreeNodes& nodes, const std::vector<Group>& groups, const MacParams& mac,
+  WalkPrefetch(ParticleStore& store, const PagedCells& cells, const std::vector<Group>& groups, const MacParams& mac,
                int threads, int depth, const std::string& pos = "pos", const std::string& mass = "mass");
   ~WalkPrefetch();  // stops the thread (loads in flight finish first)
   WalkPrefetch(const WalkPrefetch&) = delete;
@@ -67,10 +68,11 @@ class WalkPrefetch {
   void serve();
   /// The local pages (page index within a column) run r reads: its sinks and the leaves
   /// its members open.
-  void footprint(std::int64_t r, std::vector<std::int64_t>& pages, std::vector<std::int32_t>& stack) const;
+  void footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
+                 std::vector<std::int32_t>& stack) const;
 
   ParticleStore& store_;
-  const TreeNodes& nodes_;
+  const PagedCells& cells_;
   const std::vector<Group>& groups_;
   const MacParams mac_;
   const std::int64_t depth_;

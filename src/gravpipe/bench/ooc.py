@@ -8,9 +8,8 @@ Three measurements (seed 004, Salmon & Warren, out-of-core treecode):
   vel, acc: 3 x 8 each; mass, id, pot: 8 each).
 * ``ratio``: one full step (kick-drift, sort, build, moments, walk + forces, kick) out of core
   against the same step in core (the C++ leapfrog over the in-core tree), measured in the same
-  run, with the cache at a fraction of the data; the budget is that cache plus what the tree's
-  cells, lists and the sort need (which alone exceed 1/10 of the data: ~0.23 cells a
-  particle, 238 bytes a cell).
+  run, with the whole budget (particle cache, the tree's paged cells and their cache, groups,
+  sort buffer, tables) at a fraction of the data.
 * ``demo``: one full step from an IC file (any N, never N elements in memory but the tree's
   cells), its stages, bytes read and written, peak RSS, force errors on sampled particles
   against a float64 direct sum, and interactions and MAC tests per body.
@@ -41,11 +40,18 @@ def peak_rss_bytes() -> int:
 
 
 def _budget_for_cache(n: int, cache: int, page: int, threads: int, n_leaf: int = 16) -> int:
-    """The budget whose cache is ``cache`` bytes: the store's tables and the tree/sort headroom
-    on top (gravpipe.ooc.plan_budget)."""
-    from gravpipe.ooc import _tables, plan_budget
+    """The budget whose particle cache is ``cache`` bytes, with room for every cell of the
+    tree in its own cache (the swap figure varies the particles' cache alone): the store's
+    tables, the cache and the larger of the tree's and the sort's needs."""
+    from gravpipe import _core
+    from gravpipe.ooc import (CELLS_PER_PARTICLE_AT_16, COPY_ALLOWANCE, KICK_BLOCK, _tables, plan_budget,
+                              tree_keep_free)
     plan = plan_budget(n, 1 << 50, page, threads, n_leaf)
-    return _tables(n, page) + plan.headroom + max(cache, plan.tables_and_least_frames)
+    nodes = int(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
+    cells = (128 + 72) * nodes + plan.tree_least + tree_keep_free(n, threads)
+    sort = int(_core.least_sort_buffer(n)) + 2 * n
+    blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE
+    return _tables(n, page) + max(cache, plan.tables_and_least_frames) + max(cells, sort) + blocks
 
 
 def _model(name: str, n: int, seed: int):
@@ -109,18 +115,19 @@ def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, object,
     return sec, g.tree_stats, lf.positions(), lf.velocities()
 
 
-def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 << 20, model: str = "plummer",
+def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int = 1 << 20, model: str = "plummer",
           eps: float = 1e-3, dt: float = 1 / 128, threads: int | None = None, repeat: int = 1,
           progress=None) -> dict:
     """The out-of-core step against the in-core one, same particles, same run (best of
-    ``repeat`` each); also checks that the two steps agree bit for bit."""
+    ``repeat`` each), the whole budget ``budget_fraction`` of the data (the default split
+    between the particles' cache and the rest, gravpipe.ooc.plan_budget); also checks that
+    the two steps agree bit for bit."""
     from gravpipe import _core
     from gravpipe.ooc import OutOfCore
     threads = threads or _core.max_threads()
     p = _model(model, n, 1)
     data = DATA_BYTES_PER_PARTICLE * n
-    cache = int(cache_fraction * data)
-    budget = _budget_for_cache(n, cache, page, threads)
+    budget = int(budget_fraction * data)
     best_in, best_out, out_row = None, None, None
     for _ in range(repeat):
         if progress:
@@ -129,8 +136,8 @@ def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 <<
         best_in = sec_in if best_in is None else min(best_in, sec_in)
         if progress:
             progress(f"ratio: out-of-core step, N = {n}")
-        with OutOfCore.from_particles(p, scratch, budget, eps=eps, threads=threads, page_bytes=page,
-                                      cache_bytes=cache) as o:
+        with OutOfCore.from_particles(p, scratch, budget, eps=eps, threads=threads, page_bytes=page) as o:
+            cache = o.plan.cache
             o.forces()
             o.store.reset_stats()
             st = o.step(dt)
@@ -140,6 +147,8 @@ def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 <<
                 best_out = st.total
                 s = o.stats
                 out_row = {"stages": _stages(st), "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
+                           "cell_bytes_read": st.cell_bytes_read, "cell_bytes_written": st.cell_bytes_written,
+                           "cell_cache_bytes": st.cell_cache_bytes, "cache_bytes": cache,
                            "misses": int(s["misses"]), "stall_seconds": float(s["stall_seconds"]),
                            "prefetched": int(s["prefetched"]), "prefetch_hits": int(s["prefetch_hits"]),
                            "sort": st.sort_detail, "identical_to_in_core": identical,
@@ -150,8 +159,7 @@ def ratio(n: int, scratch: str, *, cache_fraction: float = 0.1, page: int = 1 <<
         del pos_in, vel_in
     return {"n": n, "model": model, "threads": threads, "page_bytes": page, "data_bytes": data,
             "load_average_after": list(os.getloadavg()),
-            "cache_bytes": cache, "cache_fraction": cache_fraction, "budget_bytes": budget,
-            "budget_fraction": budget / data, "seconds_in_core": best_in, "seconds_out_of_core": best_out,
+            "cache_fraction": out_row["cache_bytes"] / data, "budget_bytes": budget, "budget_fraction": budget_fraction, "seconds_in_core": best_in, "seconds_out_of_core": best_out,
             "ratio": best_out / best_in, "interactions_per_s_out_of_core": out_row["interactions"] / best_out,
             **out_row}
 

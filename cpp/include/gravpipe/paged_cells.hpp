@@ -1,0 +1,135 @@
+// The out-of-core tree's cells (paged_tree.hpp): fixed-size records in the pages of a scratch
+// file of their own, served through a page cache whose frames are charged to the store's
+// budget, so that the tree's cells (0.2-0.4 a particle, 128 bytes each) need not fit in
+// memory (Salmon & Warren, seed 004, page cells and bodies alike).
+//
+// Two tables share the file and the cache, in breadth-first cell order:
+//   walk records  (PagedCellRecord, 128 bytes): what the walk, the MAC, gathering and local
+//                 expansions read; the cell accessor's walk() and terms() (tree.hpp)
+//   build records (CellBuildRecord, 72 bytes): the topology and bounding boxes that only the
+//                 build and the moments need; dropped (their pages discarded) once the groups
+//                 are made, so the walk's frames hold walk records alone.
+// Each thread reads through its own PagedCellReader, which keeps a few pages pinned in
+// direct-mapped slots: the top of the tree, which every walk visits, stays pinned, and a
+// record costs a slot lookup and a copy, not a lock. Records are returned by value, so no
+// reference outlives its pin.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gravpipe/memory_budget.hpp"
+#include "gravpipe/page_cache.hpp"
+#include "gravpipe/page_file.hpp"
+#include "gravpipe/store_counters.hpp"
+#include "gravpipe/tree.hpp"
+
+namespace gravpipe {
+
+/// One cell as the walk and the evaluation read it.
+struct PagedCellRecord {
+  WalkCell walk;                             // 64 bytes: com, opening radius, topology
+  double m, qxx, qxy, qxz, qyy, qyz, qzz, qtr;  // mass, traceless Q and trace part T
+};
+static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines");
+
+/// What the build and the moments keep of one cell besides its walk record.
+struct CellBuildRecord {
+  std::int64_t begin = 0, end = 0;  // particle range in curve order
+  std::int32_t first_child = -1;    // -1: a leaf
+  std::int8_t n_children = 0, level = 0;
+  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};  // bounding box of the particles
+};
+
+/// Pages pinned by one reader in direct-mapped slots (page mod slots): a page stays pinned
+/// until another page takes its slot or the reader goes. Not thread-safe: one per thread.
+class PinnedSlots {
+ public:
+  PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access);
+  /// The bytes of `page`, pinned at least until the next call.
+  unsigned char* data(std::int64_t page) {
+    Slot& s = slots_[static_cast<std::size_t>(page) & mask_];
+    if (s.page != page) refill(s, page);
+    return s.data;
+  }
+  void release();  // unpin every slot
+
+ private:
+  struct Slot {
+    std::int64_t page = -1;
+    unsigned char* data = nullptr;
+    std::optional<PageHandle> handle;
+  };
+  void refill(Slot& s, std::int64_t page);
+  PageCache* cache_;  // not owned
+  PageCache::Access access_;
+  std::vector<Slot> slots_;
+  std::size_t mask_;
+};
+
+class PagedCellReader;
+
+class PagedCells {
+ public:
+  /// Tables for `cells` cells in a new scratch file in `directory`, served by `frames` frames
+  /// of `page_bytes` charged to `budget` (at least least_frames(threads)).
+  PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
+             std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget);
+  PagedCells(const PagedCells&) = delete;
+  PagedCells& operator=(const PagedCells&) = delete;
+
+  /// The fewest frames for `threads` compute threads and the prefetch thread: two slots each
+  /// and two frames for loads and write-backs.
+  static std::int64_t least_frames(int threads) { return 2 * (threads + 1) + 2; }
+  /// Pages both tables of `cells` cells take.
+  static std::int64_t pages_for(std::int64_t cells, std::size_t page_bytes);
+
+  std::int64_t count() const { return cells_; }
+  /// A reader for one thread; `write`: its pins may modify records (build and moments).
+  PagedCellReader reader(bool write = false) const;
+  /// The build records are done with: their pages are discarded, never written back.
+  void drop_build_records();
+
+  std::int64_t frames() const { return cache_->frames(); }
+  StoreCounters counters() const { return cache_->counters(); }
+  const PageFile& file() const { return *file_; }
+
+ private:
+  friend class PagedCellReader;
+  std::int64_t cells_;
+  std::int64_t walk_per_page_, build_per_page_;
+  std::int64_t build_first_page_;  // the build table follows the walk table
+  std::size_t slots_;              // per reader
+  std::unique_ptr<PageFile> file_;
+  std::unique_ptr<PageCache> cache_;
+};
+
+/// One thread's cell accessor (tree.hpp) over PagedCells; also writes records for the build
+/// and the moments when made with write = true.
+class PagedCellReader {
+ public:
+  PagedCellReader(const PagedCells& cells, bool write);
+  PagedCellReader(PagedCellReader&&) = default;
+
+  std::size_t count() const { return static_cast<std::size_t>(cells_->cells_); }
+  WalkCell walk(std::int32_t k) const { return record(k).walk; }
+  CellTerms terms(std::int32_t k) const {
+    const PagedCellRecord r = record(k);
+    return {r.walk.cx, r.walk.cy, r.walk.cz, r.m, r.qxx, r.qxy, r.qxz, r.qyy, r.qyz, r.qzz, r.qtr};
+  }
+  /// The relative criterion (alpha > 0) is refused out of core (PagedTree): never asked.
+  double mass_size2(std::int32_t k) const;
+  PagedCellRecord record(std::int64_t k) const;
+  void put(std::int64_t k, const PagedCellRecord& r);
+  CellBuildRecord build(std::int64_t k) const;
+  void put_build(std::int64_t k, const CellBuildRecord& r);
+  void release() { slots_.release(); }
+
+ private:
+  const PagedCells* cells_;
+  mutable PinnedSlots slots_;
+};
+
+}  // namespace gravpipe

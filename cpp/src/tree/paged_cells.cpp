@@ -1,0 +1,96 @@
+// The out-of-core tree's cell tables and their per-thread readers (paged_cells.hpp).
+#include "gravpipe/paged_cells.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gravpipe/error.hpp"
+
+namespace gravpipe {
+
+PinnedSlots::PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access)
+    : cache_(&cache), access_(access), slots_(slots), mask_(slots - 1) {
+  if (slots == 0 || (slots & (slots - 1)) != 0) throw InputError("pinned slots: a power of two >= 1 needed");
+}
+
+void PinnedSlots::refill(Slot& s, std::int64_t page) {
+  s.handle.reset();  // unpin first: the cache may need this frame
+  s.page = -1;
+  s.handle.emplace(cache_->pin(page, access_));
+  s.page = page;
+  s.data = s.handle->data();
+}
+
+void PinnedSlots::release() {
+  for (Slot& s : slots_) s.handle.reset(), s.page = -1, s.data = nullptr;
+}
+
+std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
+  const auto walk = static_cast<std::int64_t>(page_bytes / sizeof(PagedCellRecord));
+  const auto build = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
+  return (cells + walk - 1) / walk + (cells + build - 1) / build;
+}
+
+PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
+                       std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget)
+    : cells_(cells) {
+  if (cells < 1) throw InputError("paged cells: need at least one cell");
+  if (frames < least_frames(threads))
+    throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
+                     std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
+  file_ = std::make_unique<PageFile>(directory, page_bytes, mode);  // checks page_bytes
+  walk_per_page_ = static_cast<std::int64_t>(page_bytes / sizeof(PagedCellRecord));
+  build_per_page_ = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
+  build_first_page_ = (cells + walk_per_page_ - 1) / walk_per_page_;
+  const std::int64_t pages = pages_for(cells, page_bytes);
+  cache_ = std::make_unique<PageCache>(*file_, pages, std::min(frames, pages), eviction, budget);
+  cache_->set_page_namer([this](std::int64_t page) {
+    return page < build_first_page_
+               ? "walk records of cells " + std::to_string(page * walk_per_page_) + ".."
+               : "build records of cells " + std::to_string((page - build_first_page_) * build_per_page_) + "..";
+  });
+  // slots per reader: as many as leave each of threads + 1 readers its share with a frame to
+  // spare for loads, a power of two, at most 64
+  const std::int64_t share = std::max<std::int64_t>(1, (cache_->frames() - 2) / (threads + 1));
+  slots_ = 1;
+  while (slots_ * 2 <= static_cast<std::size_t>(std::min<std::int64_t>(share, 64))) slots_ *= 2;
+}
+
+PagedCellReader PagedCells::reader(bool write) const { return PagedCellReader(*this, write); }
+
+void PagedCells::drop_build_records() { cache_->discard(build_first_page_, cache_->pages() - build_first_page_); }
+
+PagedCellReader::PagedCellReader(const PagedCells& cells, bool write)
+    : cells_(&cells), slots_(*cells.cache_, cells.slots_, write ? PageCache::Access::Modify : PageCache::Access::Read) {}
+
+double PagedCellReader::mass_size2(std::int32_t) const {
+  throw InputError("out-of-core tree: the relative opening criterion (alpha > 0) is not available out of core");
+}
+
+PagedCellRecord PagedCellReader::record(std::int64_t k) const {
+  PagedCellRecord r;
+  const std::int64_t per = cells_->walk_per_page_;
+  std::memcpy(&r, slots_.data(k / per) + static_cast<std::size_t>(k % per) * sizeof r, sizeof r);
+  return r;
+}
+
+void PagedCellReader::put(std::int64_t k, const PagedCellRecord& r) {
+  const std::int64_t per = cells_->walk_per_page_;
+  std::memcpy(slots_.data(k / per) + static_cast<std::size_t>(k % per) * sizeof r, &r, sizeof r);
+}
+
+CellBuildRecord PagedCellReader::build(std::int64_t k) const {
+  CellBuildRecord r;
+  const std::int64_t per = cells_->build_per_page_;
+  std::memcpy(&r, slots_.data(cells_->build_first_page_ + k / per) + static_cast<std::size_t>(k % per) * sizeof r,
+              sizeof r);
+  return r;
+}
+
+void PagedCellReader::put_build(std::int64_t k, const CellBuildRecord& r) {
+  const std::int64_t per = cells_->build_per_page_;
+  std::memcpy(slots_.data(cells_->build_first_page_ + k / per) + static_cast<std::size_t>(k % per) * sizeof r, &r,
+              sizeof r);
+}
+
+}  // namespace gravpipe
