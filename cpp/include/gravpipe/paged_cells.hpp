@@ -15,6 +15,7 @@
 // reference outlives its pin.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +101,8 @@ class PagedCells {
   friend class PagedCellReader;
   std::int64_t cells_;
   std::int64_t walk_per_page_, build_per_page_;
+  int walk_shift_;            // log2 of walk_per_page_ (a power of two: see PagedCellReader::at)
+  std::int64_t walk_mask_;
   std::int64_t build_first_page_;  // the build table follows the walk table
   std::size_t slots_;              // per reader
   std::unique_ptr<PageFile> file_;
@@ -114,20 +117,34 @@ class PagedCellReader {
   PagedCellReader(PagedCellReader&&) = default;
 
   std::size_t count() const { return static_cast<std::size_t>(cells_->cells_); }
-  WalkCell walk(std::int32_t k) const { return record(k).walk; }
+  /// The walk's half of record k (64 bytes): all the MAC reads.
+  WalkCell walk(std::int32_t k) const {
+    WalkCell w;
+    std::memcpy(&w, at(k), sizeof w);
+    return w;
+  }
   CellTerms terms(std::int32_t k) const {
     const PagedCellRecord r = record(k);
     return {r.walk.cx, r.walk.cy, r.walk.cz, r.m, r.qxx, r.qxy, r.qxz, r.qyy, r.qyz, r.qzz, r.qtr};
   }
   /// The relative criterion (alpha > 0) is refused out of core (PagedTree): never asked.
   double mass_size2(std::int32_t k) const;
-  PagedCellRecord record(std::int64_t k) const;
-  void put(std::int64_t k, const PagedCellRecord& r);
+  PagedCellRecord record(std::int64_t k) const {
+    PagedCellRecord r;
+    std::memcpy(&r, at(k), sizeof r);
+    return r;
+  }
+  void put(std::int64_t k, const PagedCellRecord& r) { std::memcpy(at(k), &r, sizeof r); }
   CellBuildRecord build(std::int64_t k) const;
   void put_build(std::int64_t k, const CellBuildRecord& r);
   void release() { slots_.release(); }
 
  private:
+  /// The bytes of walk record k: pages hold a power of two of them (page sizes are multiples
+  /// of 4096), so a shift and a mask find it, not a division.
+  unsigned char* at(std::int64_t k) const {
+    return slots_.data(k >> cells_->walk_shift_) + static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(PagedCellRecord);
+  }
   const PagedCells* cells_;
   mutable PinnedSlots slots_;
 };

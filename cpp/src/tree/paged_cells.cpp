@@ -25,8 +25,17 @@ void PinnedSlots::release() {
   for (Slot& s : slots_) s.handle.reset(), s.page = -1, s.data = nullptr;
 }
 
+namespace {
+/// log2 of the walk records a page holds: the largest power of two that fits.
+int walk_shift_for(std::size_t page_bytes) {
+  int shift = 0;
+  while ((std::size_t{2} << shift) * sizeof(PagedCellRecord) <= page_bytes) ++shift;
+  return shift;
+}
+}  // namespace
+
 std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
-  const auto walk = static_cast<std::int64_t>(page_bytes / sizeof(PagedCellRecord));
+  const std::int64_t walk = std::int64_t{1} << walk_shift_for(page_bytes);
   const auto build = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
   return (cells + walk - 1) / walk + (cells + build - 1) / build;
 }
@@ -39,7 +48,9 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
     throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
                      std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
   file_ = std::make_unique<PageFile>(directory, page_bytes, mode);  // checks page_bytes
-  walk_per_page_ = static_cast<std::int64_t>(page_bytes / sizeof(PagedCellRecord));
+  walk_shift_ = walk_shift_for(page_bytes);
+  walk_per_page_ = std::int64_t{1} << walk_shift_;  // the whole page when page_bytes is a power of two
+  walk_mask_ = walk_per_page_ - 1;
   build_per_page_ = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
   build_first_page_ = (cells + walk_per_page_ - 1) / walk_per_page_;
   const std::int64_t pages = pages_for(cells, page_bytes);
@@ -65,18 +76,6 @@ PagedCellReader::PagedCellReader(const PagedCells& cells, bool write)
 
 double PagedCellReader::mass_size2(std::int32_t) const {
   throw InputError("out-of-core tree: the relative opening criterion (alpha > 0) is not available out of core");
-}
-
-PagedCellRecord PagedCellReader::record(std::int64_t k) const {
-  PagedCellRecord r;
-  const std::int64_t per = cells_->walk_per_page_;
-  std::memcpy(&r, slots_.data(k / per) + static_cast<std::size_t>(k % per) * sizeof r, sizeof r);
-  return r;
-}
-
-void PagedCellReader::put(std::int64_t k, const PagedCellRecord& r) {
-  const std::int64_t per = cells_->walk_per_page_;
-  std::memcpy(slots_.data(k / per) + static_cast<std::size_t>(k % per) * sizeof r, &r, sizeof r);
 }
 
 CellBuildRecord PagedCellReader::build(std::int64_t k) const {

@@ -40,16 +40,22 @@ class PagedKeys {
   explicit PagedKeys(ParticleStore& s)
       : slots_(s.cache(), kKeySlots, PageCache::Access::Read),
         base_(s.page_of("key", 0, 0)),
-        per_page_(s.particles_per_page()) {}
+        per_page_(s.particles_per_page()) {
+    while ((std::int64_t{1} << shift_) < per_page_) ++shift_;
+    if ((std::int64_t{1} << shift_) != per_page_) shift_ = -1;  // not a power of two: divide
+  }
   std::uint64_t operator()(std::int64_t i) const {
+    const std::int64_t page = shift_ >= 0 ? i >> shift_ : i / per_page_;
+    const std::int64_t at = i - page * per_page_;
     std::uint64_t k;
-    std::memcpy(&k, slots_.data(base_ + i / per_page_) + static_cast<std::size_t>(i % per_page_) * sizeof k, sizeof k);
+    std::memcpy(&k, slots_.data(base_ + page) + static_cast<std::size_t>(at) * sizeof k, sizeof k);
     return k;
   }
 
  private:
   mutable PinnedSlots slots_;
   std::int64_t base_, per_page_;
+  int shift_ = 0;
 };
 
 struct TreeCounts {
