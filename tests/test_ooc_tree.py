@@ -188,6 +188,33 @@ def test_flipped_bit_is_caught_with_the_walk_prefetch_loading_the_page(tmp_path)
     assert os.listdir(tmp_path) == []
 
 
+def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path):
+    """The tree's cells have a scratch file of their own, checked like the particles' pages:
+    with a few cell frames the walk records are written back after the moments and read
+    again by the walk, and a corrupt one raises ChecksumError naming it, never wrong forces."""
+    n = 6000
+    p = gp.ic.plummer(n, seed=3)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2), eps=EPS, threads=2, page_bytes=PAGE)
+    try:
+        o.sort()
+        q = o.params
+        tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                               q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                               q["isa"], 1 << 50)  # keep the whole budget free: the fewest cell frames
+        cell_files = [f for f in os.listdir(tmp_path) if str(tmp_path / f) != o.store.path]
+        assert len(cell_files) == 1
+        path = str(tmp_path / cell_files[0])
+        for page in range(os.path.getsize(path) // PAGE):  # every page written back so far
+            _flip_a_bit(path, page * PAGE + 8)
+        with pytest.raises(ChecksumError, match="walk records of cells"):
+            tree.self_forces()
+        del tree
+        assert os.listdir(tmp_path) == [os.path.basename(o.store.path)]  # the cell file is gone
+    finally:
+        o.close()
+    assert os.listdir(tmp_path) == []
+
+
 def test_budget_too_small_names_the_least_budget(tmp_path):
     n = 5000
     least = _least(n, 1)

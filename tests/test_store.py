@@ -83,6 +83,17 @@ def test_crc32c_of_pages_matches_the_bitwise_reference(impl):
     assert _core.crc32c(page, impl) == _core.crc32c(page, "portable")
 
 
+def test_page_size_follows_the_budget():
+    """~1024 frames in the budget, a power of two between 4 KiB and 1 MiB: 64 KiB at a budget
+    of 1/10 of N = 1e7 (the size measured 10x faster than 1 MiB there), 1 MiB at 4 GiB."""
+    from gravpipe.store import page_bytes_for_budget
+    assert page_bytes_for_budget(96_000_000) == 64 * 1024
+    assert page_bytes_for_budget("4GiB") == 1 << 20
+    assert page_bytes_for_budget("64GiB") == 1 << 20
+    assert page_bytes_for_budget("1MiB") == 4096
+    assert page_bytes_for_budget("48MiB") == 32 * 1024
+
+
 def test_parse_byte_size():
     assert parse_byte_size("4GiB") == 4 * 2 ** 30
     assert parse_byte_size("512 MiB") == 512 * 2 ** 20

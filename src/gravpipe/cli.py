@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("what", nargs="+", choices=["swap", "ratio", "demo"])
     bo.add_argument("--scratch", metavar="DIR", required=True, help="directory for the scratch files")
     bo.add_argument("-n", type=_positive_int, nargs="+", default=[1_000_000], help="particles (swap, ratio)")
-    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap; ratio: the first, default 1 MiB)")
+    bo.add_argument("--pages", type=_positive_int, nargs="+", default=None, help="page sizes in bytes (swap; ratio and demo: the first; default: from the budget, at most 1 MiB)")
     bo.add_argument("--fractions", type=_fraction_or_float, nargs="+", default=None,
                     help="cache sizes as fractions of the particle data (swap)")
     bo.add_argument("--budget-fraction", type=_fraction_or_float, default=0.1,
@@ -294,7 +294,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="out of core (with --gravity tree, leapfrog, and --scratch): particles in the pages of a "
                         "scratch file, everything that grows with N within SIZE ('4GiB')")
     r.add_argument("--scratch", metavar="DIR", default=None, help="directory of the out-of-core scratch file")
-    r.add_argument("--page-bytes", metavar="SIZE", default=None, help="out-of-core page size (default 1MiB)")
+    r.add_argument("--page-bytes", metavar="SIZE", default=None, help="out-of-core page size (default: from the budget, ~1024 frames, at most 1MiB)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -516,8 +516,9 @@ def _bench_ooc(args: argparse.Namespace) -> int:
     if "demo" in args.what:
         if not args.file:
             raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
+        page = {"page": args.pages[0]} if args.pages else {}
         r = bo.demo(args.file, args.scratch, args.memory_budget, n_leaf=args.n_leaf, theta=args.theta, sample=args.sample,
-                    threads=args.threads, progress=lambda m: print(m, flush=True))
+                    threads=args.threads, progress=lambda m: print(m, flush=True), **page)
         doc["demo"] = r
         print(json.dumps(r, indent=1))
     from rich.console import Console
@@ -832,7 +833,6 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
     import gravpipe as gp
     from gravpipe import runconfig
     from gravpipe.ooc_simulation import OutOfCoreSimulation
-    from gravpipe.store import DEFAULT_PAGE_BYTES
 
     if args.memory_budget is None or args.scratch is None:
         raise UserError("--memory-budget and --scratch go together (an out-of-core run needs both)")
@@ -851,7 +851,7 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
     t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
     kw = dict(eps=args.eps if args.eps is not None else runconfig.DEFAULT_EPS, threads=args.threads,
               precision=args.precision or "mixed", dt=args.dt, theta=args.theta,
-              page_bytes=args.page_bytes or DEFAULT_PAGE_BYTES)
+              page_bytes=args.page_bytes)
     if args.file is not None:
         if args.ic is not None or args.n is not None or args.seed is not None:
             raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")

@@ -40,7 +40,7 @@ import numpy as np
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
 from gravpipe.errors import MemoryBudgetError
-from gravpipe.store import DEFAULT_PAGE_BYTES, ParticleStore, format_bytes, parse_byte_size
+from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget, parse_byte_size
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
 
@@ -168,7 +168,8 @@ class OutOfCore:
     Parameters are those of :class:`gravpipe.tree.Tree` (eps, G, theta, quadrupole,
     quad_tol, n_leaf, n_crit, threads, precision, local_expansion, isa; alpha is not
     available out of core) plus ``scratch`` (directory of the scratch file),
-    ``memory_budget`` ("4GiB", bytes), ``page_bytes`` and optional ``cache_bytes`` and
+    ``memory_budget`` ("4GiB", bytes), ``page_bytes`` (default: from the budget,
+    :func:`gravpipe.store.page_bytes_for_budget`) and optional ``cache_bytes`` and
     ``sort_buffer`` (bytes of the external sort's runs; by default what the budget's
     headroom holds, capped at one run of every particle).
     """
@@ -177,7 +178,7 @@ class OutOfCore:
                  G: float = 1.0, theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF, n_crit: int = DEFAULT_N_CRIT,
                  threads: int | None = None, precision: str = "mixed", local_expansion: bool = True,
-                 isa: str = "auto", page_bytes: str | int = DEFAULT_PAGE_BYTES, cache_bytes: str | int | None = None,
+                 isa: str = "auto", page_bytes: str | int | None = None, cache_bytes: str | int | None = None,
                  io: str = "auto", eviction: str = "clock", read_ahead: int = 4,
                  sort_buffer: str | int | None = None):
         self.n = int(n)
@@ -193,7 +194,7 @@ class OutOfCore:
         _check_precision(precision)
         if not (math.isfinite(float(eps)) and float(eps) >= 0):
             raise ValueError(f"eps: must be finite and >= 0, got {eps!r}")
-        page = parse_byte_size(page_bytes)
+        page = parse_byte_size(page_bytes) if page_bytes is not None else page_bytes_for_budget(memory_budget)
         self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf), int(n_crit),
                                 None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead)
         if sort_buffer is not None:

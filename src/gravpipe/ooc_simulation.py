@@ -44,7 +44,7 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.ooc import OutOfCore, StepTimes
 from gravpipe.particles import Particles
 from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings, latest_checkpoint
-from gravpipe.store import DEFAULT_PAGE_BYTES, format_bytes, parse_byte_size
+from gravpipe.store import format_bytes, page_bytes_for_budget, parse_byte_size
 from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
 
 __all__ = ["OutOfCoreSimulation"]
@@ -61,8 +61,8 @@ class OutOfCoreSimulation(RunLoop):
     (IC blocks, e.g. ``ic.model_blocks``), and by :meth:`resume`. Parameters as for
     ``Simulation`` (eps, G, precision, threads, dt, t0, theta) plus ``memory_budget``
     ("4GiB" or bytes: everything that grows with N), ``scratch`` (directory of the scratch
-    file), ``page_bytes``, ``n_leaf`` and ``n_crit`` (the tree's; larger leaves need fewer
-    cells, hence less budget). Close it (or use ``with``) to remove the scratch file; a run
+    file), ``page_bytes`` (default: from the budget, gravpipe.store.page_bytes_for_budget),
+    ``n_leaf`` and ``n_crit`` (the tree's). Close it (or use ``with``) to remove the scratch file; a run
     that fails removes it too.
     """
 
@@ -347,7 +347,7 @@ class _Settings:
     @classmethod
     def check(cls, scratch: str | os.PathLike, memory_budget: str | int, *, eps: float = 1 / 64, G: float = 1.0,
               precision: str = "mixed", threads: int | None = None, dt: float | None = None, t0: float = 0.0,
-              theta: float | None = None, page_bytes: str | int = DEFAULT_PAGE_BYTES, n_leaf: int = DEFAULT_N_LEAF,
+              theta: float | None = None, page_bytes: str | int | None = None, n_leaf: int = DEFAULT_N_LEAF,
               n_crit: int = DEFAULT_N_CRIT) -> _Settings:
         if scratch is None or memory_budget is None:
             raise ValueError("memory_budget and scratch go together (an out-of-core run needs both)")
@@ -357,7 +357,8 @@ class _Settings:
         _, gparams = gravity_registry.resolve("tree", {"theta": theta})
         if not math.isfinite(float(t0)):
             raise ValueError(f"t0: must be finite, got {t0!r}")
-        return cls(scratch=str(scratch), budget=parse_byte_size(memory_budget), page_bytes=parse_byte_size(page_bytes),
+        page = parse_byte_size(page_bytes) if page_bytes is not None else page_bytes_for_budget(memory_budget)
+        return cls(scratch=str(scratch), budget=parse_byte_size(memory_budget), page_bytes=page,
                    eps=check_positive_scalar("eps", eps), G=float(G), precision=precision, threads=threads,
                    dt=float(params["dt"]), t0=float(t0), theta=float(gparams["theta"]), n_leaf=int(n_leaf),
                    n_crit=int(n_crit))

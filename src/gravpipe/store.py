@@ -42,6 +42,20 @@ DEFAULT_FIELDS: dict[str, tuple[int, str]] = {
     "pos": (3, "f64"), "vel": (3, "f64"), "mass": (1, "f64"), "id": (1, "i64"), "acc": (3, "f64"), "pot": (1, "f64"),
 }
 DEFAULT_PAGE_BYTES = 1 << 20
+#: frames (of both the particles' and the cells' caches) the automatic page size aims for
+AUTO_PAGE_FRAMES = 1024
+
+
+def page_bytes_for_budget(memory_budget: str | int) -> int:
+    """The page size an out-of-core run takes when none is given: the largest power of two
+    that leaves ~1024 frames in ``memory_budget``, between 4 KiB and 1 MiB. Small budgets need
+    small pages: the walk's working set is a number of pages (N = 1e7 at a budget of 1/10 of
+    the data: 1 MiB pages 10x slower than 64 KiB ones; BENCHMARKS.md)."""
+    budget = parse_byte_size(memory_budget)
+    page = 4096
+    while page * 2 <= min(DEFAULT_PAGE_BYTES, budget // AUTO_PAGE_FRAMES):
+        page *= 2
+    return page
 _DTYPES = {"f64": np.float64, "i64": np.int64}
 
 

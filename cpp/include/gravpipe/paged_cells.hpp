@@ -89,7 +89,9 @@ class PagedCells {
 
   std::int64_t count() const { return cells_; }
   /// A reader for one thread; `write`: its pins may modify records (build and moments).
-  PagedCellReader reader(bool write = false) const;
+  /// `share`: the readers each thread holds at once (each gets that share of the slots, so
+  /// that all readers together never pin every frame).
+  PagedCellReader reader(bool write = false, int share = 1) const;
   /// The build records are done with: their pages are discarded, never written back.
   void drop_build_records();
 
@@ -113,7 +115,7 @@ class PagedCells {
 /// and the moments when made with write = true.
 class PagedCellReader {
  public:
-  PagedCellReader(const PagedCells& cells, bool write);
+  PagedCellReader(const PagedCells& cells, bool write, std::size_t slots);
   PagedCellReader(PagedCellReader&&) = default;
 
   std::size_t count() const { return static_cast<std::size_t>(cells_->cells_); }

@@ -1,9 +1,10 @@
 // The treecode out of core (DESIGN.md, "What comes after"; Salmon & Warren, seed 004): the
-// same build, moments, walk, MAC and kernels as the in-core Tree (tree.hpp), with the
-// particles read from the pages of a store through PagedParticles and the results written
-// back to its pages. The store must be in curve order with its sorted keys (store_sort.hpp);
-// then the octree, the groups, the runs and every sum are those of the in-core Tree over the
-// same particles, and so are the forces, bit for bit.
+// same octree rule (octree_split.hpp), moment arithmetic (cell_moments.hpp), walk, MAC and
+// kernels as the in-core Tree (tree.hpp), with the particles read from the pages of a store
+// through PagedParticles, the cells from pages of their own through PagedCellReader, and the
+// results written back to the store's pages. The store must be in curve order with its
+// sorted keys (store_sort.hpp); then the octree, the groups, the runs and every sum are those
+// of the in-core Tree over the same particles, and so are the forces, bit for bit.
 //
 // Memory: the cells live in pages (paged_cells.hpp) served by a cache of their own whose
 // frames are charged to the store's budget: all that the budget has left when the tree is

@@ -15,8 +15,9 @@
 //                      expansion) and a part per member group
 //   tree.cpp           the Tree that ties them together, and its ForceProvider
 // Moments, gathering and evaluation read particles through an accessor (particle_view.hpp),
-// never through arrays they own, so that the out-of-core store can later serve the same
-// code from pages; the walk reads only cells.
+// and the walk, gathering and local expansions read cells through one (InCoreCells below),
+// never through arrays they own, so that the out-of-core tree (paged_tree.hpp) serves the
+// same code from pages.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -216,7 +216,10 @@ void PagedTree::compute_paged_moments() {
   std::exception_ptr error;  // the first failure (a page that fails its checksum): rethrown here
 #pragma omp parallel num_threads(threads_)
   {
-    PagedCellReader w = cells_->reader(true);
+    // children through read pins (their pages stay clean once written back), the cell's own
+    // records through write pins
+    const PagedCellReader r = cells_->reader(false, 2);
+    PagedCellReader w = cells_->reader(true, 2);
     // levels deepest first: a cell's children are done before it
     for (std::size_t level = level_begin_.size() - 1; level-- > 0;) {
       const std::int64_t lo = level_begin_[level], hi = level_begin_[level + 1];
@@ -233,7 +236,7 @@ void PagedTree::compute_paged_moments() {
             } else {
               CellMoments kids[8];
               for (int k = 0; k < b.n_children; ++k)
-                kids[k] = moments_of(w.record(b.first_child + k), w.build(b.first_child + k));
+                kids[k] = moments_of(r.record(b.first_child + k), r.build(b.first_child + k));
               m = parent_moments(kids, b.n_children);
             }
             for (int a = 0; a < 3; ++a) b.lo[a] = m.lo[a], b.hi[a] = m.hi[a];

@@ -115,7 +115,7 @@ def in_core_step(p, eps: float, dt: float, threads: int) -> tuple[float, object,
     return sec, g.tree_stats, lf.positions(), lf.velocities()
 
 
-def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int = 1 << 20, model: str = "plummer",
+def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | None = None, model: str = "plummer",
           eps: float = 1e-3, dt: float = 1 / 128, threads: int | None = None, repeat: int = 1,
           progress=None) -> dict:
     """The out-of-core step against the in-core one, same particles, same run (best of
@@ -124,10 +124,12 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int = 1 <
     the two steps agree bit for bit."""
     from gravpipe import _core
     from gravpipe.ooc import OutOfCore
+    from gravpipe.store import page_bytes_for_budget
     threads = threads or _core.max_threads()
     p = _model(model, n, 1)
     data = DATA_BYTES_PER_PARTICLE * n
     budget = int(budget_fraction * data)
+    page = page or page_bytes_for_budget(budget)
     best_in, best_out, out_row = None, None, None
     for _ in range(repeat):
         if progress:
@@ -187,7 +189,7 @@ def direct_errors(ooc, k: int = 1000, seed: int = 0, chunk: int = 1 << 20) -> di
             "max": float(err.max())}
 
 
-def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float = 1 / 128, page: int = 1 << 20,
+def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float = 1 / 128, page: int | None = None,
          n_leaf: int = 16, theta: float | None = None, sample: int = 1000, threads: int | None = None,
          progress=print) -> dict:
     """One full step of the particles of the IC file ``path`` out of core (``theta``: the
