@@ -3,12 +3,10 @@
 // budget, so that the tree's cells (0.2-0.4 a particle, 128 bytes each) need not fit in
 // memory (Salmon & Warren, seed 004, page cells and bodies alike).
 //
-// Two tables share the file and the cache, in breadth-first cell order:
-//   walk records  (PagedCellRecord, 128 bytes): what the walk, the MAC, gathering and local
-//                 expansions read; the cell accessor's walk() and terms() (tree.hpp)
-//   build records (CellBuildRecord, 72 bytes): the topology and bounding boxes that only the
-//                 build and the moments need; dropped (their pages discarded) once the groups
-//                 are made, so the walk's frames hold walk records alone.
+// One record per cell, in breadth-first cell order (children contiguous, after their parent,
+// each level in curve order, as in TreeNodes): the walk's WalkCell and the monopole and
+// quadrupole that gathering and local expansions read (PagedCellRecord, 128 bytes). The tree
+// writes each record once, in a depth-first pass over the sorted particles (paged_tree.cpp).
 // Each thread reads through its own PagedCellReader, which keeps a few pages pinned in
 // direct-mapped slots: the top of the tree, which every walk visits, stays pinned, and a
 // record costs a slot lookup and a copy, not a lock. Records are returned by value, so no
@@ -35,14 +33,6 @@ struct PagedCellRecord {
   double m, qxx, qxy, qxz, qyy, qyz, qzz, qtr;  // mass, traceless Q and trace part T
 };
 static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines");
-
-/// What the build and the moments keep of one cell besides its walk record.
-struct CellBuildRecord {
-  std::int64_t begin = 0, end = 0;  // particle range in curve order
-  std::int32_t first_child = -1;    // -1: a leaf
-  std::int8_t n_children = 0, level = 0;
-  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};  // bounding box of the particles
-};
 
 /// Pages pinned by one reader in direct-mapped slots (page mod slots): a page stays pinned
 /// until another page takes its slot or the reader goes. Not thread-safe: one per thread.
@@ -84,17 +74,14 @@ class PagedCells {
   /// The fewest frames for `threads` compute threads and the prefetch thread: two slots each
   /// and two frames for loads and write-backs.
   static std::int64_t least_frames(int threads) { return 2 * (threads + 1) + 2; }
-  /// Pages both tables of `cells` cells take.
+  /// Pages the records of `cells` cells take.
   static std::int64_t pages_for(std::int64_t cells, std::size_t page_bytes);
 
   std::int64_t count() const { return cells_; }
-  /// A reader for one thread; `write`: its pins may modify records (build and moments).
+  /// A reader for one thread; `write`: its pins may modify records (the build).
   /// `share`: the readers each thread holds at once (each gets that share of the slots, so
   /// that all readers together never pin every frame).
   PagedCellReader reader(bool write = false, int share = 1) const;
-  /// The build records are done with: their pages are discarded, never written back.
-  void drop_build_records();
-
   std::int64_t frames() const { return cache_->frames(); }
   StoreCounters counters() const { return cache_->counters(); }
   const PageFile& file() const { return *file_; }
@@ -102,17 +89,15 @@ class PagedCells {
  private:
   friend class PagedCellReader;
   std::int64_t cells_;
-  std::int64_t walk_per_page_, build_per_page_;
-  int walk_shift_;            // log2 of walk_per_page_ (a power of two: see PagedCellReader::at)
+  int walk_shift_;            // log2 of the records a page holds (a power of two: PagedCellReader::at)
   std::int64_t walk_mask_;
-  std::int64_t build_first_page_;  // the build table follows the walk table
   std::size_t slots_;              // per reader
   std::unique_ptr<PageFile> file_;
   std::unique_ptr<PageCache> cache_;
 };
 
-/// One thread's cell accessor (tree.hpp) over PagedCells; also writes records for the build
-/// and the moments when made with write = true.
+/// One thread's cell accessor (tree.hpp) over PagedCells; also writes records when made with
+/// write = true (the build).
 class PagedCellReader {
  public:
   PagedCellReader(const PagedCells& cells, bool write, std::size_t slots);
@@ -137,8 +122,6 @@ class PagedCellReader {
     return r;
   }
   void put(std::int64_t k, const PagedCellRecord& r) { std::memcpy(at(k), &r, sizeof r); }
-  CellBuildRecord build(std::int64_t k) const;
-  void put_build(std::int64_t k, const CellBuildRecord& r);
   void release() { slots_.release(); }
 
  private:

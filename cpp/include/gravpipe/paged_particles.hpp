@@ -33,8 +33,11 @@ class PagedParticles {
   /// walk turns it off (its leaves jump about the curve, and the hinted pages evicted ones
   /// it needed: 16k of 18k read-ahead loads unused in one step at N = 1e6) and prefetches
   /// its lists' pages itself (walk_prefetch.hpp).
+  /// `other_pins`: frames of the store's cache that another reader holds pinned meanwhile
+  /// (the tree's build reads the keys through pinned pages while it sums leaves): the leases
+  /// leave them out of their share.
   explicit PagedParticles(ParticleStore& store, std::string pos = "pos", std::string mass = "mass",
-                          int threads = 0, bool read_ahead = true);
+                          int threads = 0, bool read_ahead = true, int other_pins = 0);
   ~PagedParticles();
   PagedParticles(const PagedParticles&) = delete;
   PagedParticles& operator=(const PagedParticles&) = delete;

@@ -57,9 +57,9 @@ class PagedTree {
 
  private:
   void check_sorted_keys();
-  void build_cells();
-  void compute_paged_moments();
-  void make_groups();
+  /// The cell table for `cells` cells, its cache taking what the budget has left; charges
+  /// the `groups` groups first.
+  void make_cell_table(std::int64_t cells, std::int64_t groups);
 
   ParticleStore& store_;
   TreeParams params_;
@@ -68,8 +68,6 @@ class PagedTree {
   int prefetch_runs_;
   std::uint64_t keep_free_;
   std::unique_ptr<PagedCells> cells_;
-  std::vector<std::int64_t> level_begin_;  // first cell of each level (breadth first), and the count
-  std::int64_t groups_counted_ = 0;
   Reservation groups_charge_;
   std::vector<Group> groups_;
   TreeStats stats_;

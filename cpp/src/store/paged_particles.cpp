@@ -32,7 +32,8 @@ struct PagedParticles::Lease {
   }
 };
 
-PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads, bool read_ahead)
+PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::string mass, int threads, bool read_ahead,
+                               int other_pins)
     : store_(store),
       pos_(std::move(pos)),
       mass_(std::move(mass)),
@@ -47,7 +48,7 @@ PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::strin
   const int t = std::max({threads, omp_get_max_threads(), 1});
   // frames a lease may pin: every lease at its limit still leaves one frame per thread for
   // the transient pins of copies and writes, and two for read-ahead and eviction
-  const std::int64_t spare = store_.frames() - 2 - t;
+  const std::int64_t spare = store_.frames() - 2 - t - std::max(other_pins, 0);
   max_pinned_pages_ = spare > 0 ? static_cast<std::size_t>(spare / t / 4) : 0;
   for (int k = 0; k < t; ++k) leases_.push_back(std::make_unique<Lease>());
 }

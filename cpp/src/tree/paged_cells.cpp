@@ -35,9 +35,8 @@ int walk_shift_for(std::size_t page_bytes) {
 }  // namespace
 
 std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
-  const std::int64_t walk = std::int64_t{1} << walk_shift_for(page_bytes);
-  const auto build = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
-  return (cells + walk - 1) / walk + (cells + build - 1) / build;
+  const std::int64_t per_page = std::int64_t{1} << walk_shift_for(page_bytes);
+  return (cells + per_page - 1) / per_page;
 }
 
 PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
@@ -49,16 +48,11 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
                      std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
   file_ = std::make_unique<PageFile>(directory, page_bytes, mode);  // checks page_bytes
   walk_shift_ = walk_shift_for(page_bytes);
-  walk_per_page_ = std::int64_t{1} << walk_shift_;  // the whole page when page_bytes is a power of two
-  walk_mask_ = walk_per_page_ - 1;
-  build_per_page_ = static_cast<std::int64_t>(page_bytes / sizeof(CellBuildRecord));
-  build_first_page_ = (cells + walk_per_page_ - 1) / walk_per_page_;
+  walk_mask_ = (std::int64_t{1} << walk_shift_) - 1;
   const std::int64_t pages = pages_for(cells, page_bytes);
   cache_ = std::make_unique<PageCache>(*file_, pages, std::min(frames, pages), eviction, budget);
   cache_->set_page_namer([this](std::int64_t page) {
-    return page < build_first_page_
-               ? "walk records of cells " + std::to_string(page * walk_per_page_) + ".."
-               : "build records of cells " + std::to_string((page - build_first_page_) * build_per_page_) + "..";
+    return "walk records of cells " + std::to_string(page << walk_shift_) + "..";
   });
   // slots per reader: as many as leave each of threads + 1 readers its share with a frame to
   // spare for loads, a power of two, at most 64
@@ -73,27 +67,11 @@ PagedCellReader PagedCells::reader(bool write, int share) const {
   return PagedCellReader(*this, write, slots);
 }
 
-void PagedCells::drop_build_records() { cache_->discard(build_first_page_, cache_->pages() - build_first_page_); }
-
 PagedCellReader::PagedCellReader(const PagedCells& cells, bool write, std::size_t slots)
     : cells_(&cells), slots_(*cells.cache_, slots, write ? PageCache::Access::Modify : PageCache::Access::Read) {}
 
 double PagedCellReader::mass_size2(std::int32_t) const {
   throw InputError("out-of-core tree: the relative opening criterion (alpha > 0) is not available out of core");
-}
-
-CellBuildRecord PagedCellReader::build(std::int64_t k) const {
-  CellBuildRecord r;
-  const std::int64_t per = cells_->build_per_page_;
-  std::memcpy(&r, slots_.data(cells_->build_first_page_ + k / per) + static_cast<std::size_t>(k % per) * sizeof r,
-              sizeof r);
-  return r;
-}
-
-void PagedCellReader::put_build(std::int64_t k, const CellBuildRecord& r) {
-  const std::int64_t per = cells_->build_per_page_;
-  std::memcpy(slots_.data(cells_->build_first_page_ + k / per) + static_cast<std::size_t>(k % per) * sizeof r, &r,
-              sizeof r);
 }
 
 }  // namespace gravpipe

@@ -1,6 +1,8 @@
-// The out-of-core tree (paged_tree.hpp): the octree built from the sorted keys in the store's
-// pages into paged cell records, the moments swept level by level over those records, and the
-// evaluation through PagedParticles and PagedCellReader with results to the store's pages.
+// The out-of-core tree (paged_tree.hpp): the cells counted from the sorted keys in the store's
+// pages, then built with their moments in one depth-first pass over the particles into paged
+// cell records, and the evaluation through PagedParticles and PagedCellReader with results to
+// the store's pages. Its TreeStats: seconds_build is the keys' check and count, seconds_moments
+// the depth-first pass.
 #include "gravpipe/paged_tree.hpp"
 
 #include <omp.h>
@@ -29,10 +31,9 @@ namespace {
 constexpr int kPrefetchRuns = 4;
 /// Keys per block of the sortedness check.
 constexpr std::int64_t kKeyBlock = 1 << 16;
-/// Cells per chunk of a level in the moments (a thread releases its particle blocks after each).
-constexpr std::int64_t kMomentChunk = 64;
-/// Slots of the key reader of the build: the binary searches of one cell stay on few pages.
-constexpr std::size_t kKeySlots = 4;
+/// Slots of the key reader of the build: one, so that with the store's fewest frames (threads
+/// + 2, + 1 for read-ahead) the leaves' particle blocks still find a frame beside it.
+constexpr std::size_t kKeySlots = 1;
 
 /// The store's sorted keys as the build's binary searches read them, from pinned pages.
 class PagedKeys {
@@ -60,10 +61,11 @@ class PagedKeys {
 
 struct TreeCounts {
   std::int64_t cells = 0, leaves = 0, groups = 0;
+  std::vector<std::int64_t> per_level;  // cells at each level
 };
 
-/// Count the cells, leaves and groups of the octree over the keys, depth first: the sizes of
-/// the tables before they are written.
+/// Count the cells (per level), leaves and groups of the octree over the keys, depth first:
+/// the size of the table, and where each level begins in breadth-first order.
 TreeCounts count_cells(const PagedKeys& key, std::int64_t n, int n_leaf, int n_crit) {
   struct Open {
     std::int64_t b, e;
@@ -76,6 +78,8 @@ TreeCounts count_cells(const PagedKeys& key, std::int64_t n, int n_leaf, int n_c
     const Open o = stack.back();
     stack.pop_back();
     ++c.cells;
+    if (o.level >= static_cast<int>(c.per_level.size())) c.per_level.resize(static_cast<std::size_t>(o.level) + 1, 0);
+    ++c.per_level[static_cast<std::size_t>(o.level)];
     const bool split = splits(o.b, o.e, o.level, n_leaf);
     // group_cells' rule: the highest cells with <= n_crit particles, or leaves
     const bool group = !o.in_group && (o.e - o.b <= n_crit || !split);
@@ -91,25 +95,84 @@ TreeCounts count_cells(const PagedKeys& key, std::int64_t n, int n_leaf, int n_c
   return c;
 }
 
-CellMoments moments_of(const PagedCellRecord& r, const CellBuildRecord& b) {
-  CellMoments m;
-  m.m = r.m, m.cx = r.walk.cx, m.cy = r.walk.cy, m.cz = r.walk.cz;
-  for (int a = 0; a < 3; ++a) m.lo[a] = b.lo[a], m.hi[a] = b.hi[a];
-  m.qxx = r.qxx, m.qxy = r.qxy, m.qxz = r.qxz, m.qyy = r.qyy, m.qyz = r.qyz, m.qzz = r.qzz, m.qtr = r.qtr;
-  return m;
-}
-
 /// The walk record of a cell from its moments and topology, as fill_walk_cells makes it.
-PagedCellRecord record_of(const CellMoments& m, const CellBuildRecord& b, double theta, double quad_tol) {
+PagedCellRecord record_of(const CellMoments& m, std::int64_t b, std::int64_t e, std::int32_t first_child,
+                          int n_children, double theta, double quad_tol) {
   PagedCellRecord r;
   const double size = cell_size(m);
   r.walk = {m.cx, m.cy, m.cz, opening_radius2(m, size, theta),
             monopole_distance2(m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, theta, quad_tol),
-            b.begin, b.end, b.first_child, b.n_children};
+            b, e, first_child, n_children};
   r.m = m.m, r.qxx = m.qxx, r.qxy = m.qxy, r.qxz = m.qxz, r.qyy = m.qyy, r.qyz = m.qyz, r.qzz = m.qzz;
   r.qtr = m.qtr;
   return r;
 }
+
+/// Leaves between releases of the particle blocks of the depth-first pass.
+constexpr int kLeavesPerRelease = 256;
+
+/// The octree and its moments in one depth-first pass over the sorted particles: each cell's
+/// moments from its particles (a leaf) or its children's (in post-order, with the arithmetic
+/// of the in-core moments), its record written at its breadth-first index. Within a level,
+/// breadth-first order is curve order, so a cell's index is where its level begins plus the
+/// cells of that level met before it, and its children's block is reserved when it is
+/// reached: each level's records are written as one sequential stream.
+class DepthFirstBuild {
+ public:
+  DepthFirstBuild(const PagedKeys& key, const PagedParticles& particles, PagedCellReader& out,
+                  const std::vector<std::int64_t>& per_level, const TreeParams& params, std::vector<Group>& groups)
+      : key_(key), particles_(particles), out_(out), params_(params), groups_(groups) {
+    next_.assign(per_level.size(), 0);
+    for (std::size_t l = 1; l < per_level.size(); ++l) next_[l] = next_[l - 1] + per_level[l - 1];
+  }
+  /// The whole tree over particles [0, n): the root at index 0.
+  void run(std::int64_t n) {
+    next_[0] = 1;
+    visit(0, n, 0, 0, false);
+    particles_.release_thread();
+  }
+
+ private:
+  CellMoments visit(std::int64_t b, std::int64_t e, int level, std::int64_t index, bool in_group) {
+    const bool split = splits(b, e, level, params_.n_leaf);
+    const bool group = !in_group && (e - b <= params_.n_crit || !split);
+    CellMoments m;
+    std::int32_t first_child = -1;
+    int n_children = 0;
+    if (!split) {
+      m = leaf_moments(particles_.block(b, e), b, e);
+      if (++leaves_ % kLeavesPerRelease == 0) particles_.release_thread();
+    } else {
+      std::pair<std::int64_t, std::int64_t> kids[8];
+      for_each_child(key_, b, e, level, [&](std::int64_t lo, std::int64_t hi) { kids[n_children++] = {lo, hi}; });
+      const auto child_level = static_cast<std::size_t>(level) + 1;
+      const std::int64_t first = next_[child_level];
+      next_[child_level] += n_children;
+      first_child = static_cast<std::int32_t>(first);
+      CellMoments km[8];
+      for (int q = 0; q < n_children; ++q)
+        km[q] = visit(kids[q].first, kids[q].second, level + 1, first + q, in_group || group);
+      m = parent_moments(km, n_children);
+    }
+    out_.put(index, record_of(m, b, e, first_child, n_children, params_.theta, params_.quad_tol));
+    if (group) {  // group cells are disjoint and met in curve order
+      Group g;
+      g.i_begin = g.ex_begin = b;
+      g.i_end = g.ex_end = e;
+      for (int a = 0; a < 3; ++a) g.lo[a] = m.lo[a], g.hi[a] = m.hi[a];
+      groups_.push_back(g);
+    }
+    return m;
+  }
+
+  const PagedKeys& key_;
+  const PagedParticles& particles_;
+  PagedCellReader& out_;
+  const TreeParams& params_;
+  std::vector<Group>& groups_;
+  std::vector<std::int64_t> next_;  // per level: the index of the next cell of that level
+  std::int64_t leaves_ = 0;
+};
 
 }  // namespace
 
@@ -136,14 +199,25 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
                      "which the out-of-core tree does not keep; use alpha = 0");
   auto t0 = Clock::now();
   check_sorted_keys();
-  build_cells();
+  const PagedKeys key(store_);
+  const TreeCounts counts = count_cells(key, store_.size(), params_.n_leaf, params_.n_crit);
+  make_cell_table(counts.cells, counts.groups);
   stats_.seconds_build = seconds_since(t0);
   t0 = Clock::now();
-  compute_paged_moments();
-  make_groups();
+  {
+    // the key reader's pins stay while leaves are summed: the particles' leases leave them
+    const PagedParticles particles(store_, "pos", "mass", threads_, true, static_cast<int>(kKeySlots));
+    PagedCellReader out = cells_->reader(true);
+    groups_.reserve(static_cast<std::size_t>(counts.groups));
+    DepthFirstBuild(key, particles, out, counts.per_level, params_, groups_).run(store_.size());
+  }
+  if (static_cast<std::int64_t>(groups_.size()) != counts.groups)
+    throw std::logic_error("out-of-core tree: " + std::to_string(groups_.size()) + " groups, counted " +
+                           std::to_string(counts.groups));
   stats_.seconds_moments = seconds_since(t0);
   stats_.n_j = static_cast<std::uint64_t>(store_.size());
   stats_.nodes = static_cast<std::uint64_t>(cells_->count());
+  stats_.leaves = static_cast<std::uint64_t>(counts.leaves);
 }
 
 void PagedTree::check_sorted_keys() {
@@ -161,115 +235,22 @@ void PagedTree::check_sorted_keys() {
   }
 }
 
-void PagedTree::build_cells() {
-  const std::int64_t n = store_.size();
-  const PagedKeys key(store_);
-  const TreeCounts counts = count_cells(key, n, params_.n_leaf, params_.n_crit);
-  if (counts.cells > INT32_MAX)
-    throw InputError("out-of-core tree: " + std::to_string(counts.cells) + " cells exceed the 32-bit cell index");
-  groups_counted_ = counts.groups;
-  stats_.leaves = static_cast<std::uint64_t>(counts.leaves);
-  groups_charge_ = store_.budget().reserve(static_cast<std::uint64_t>(counts.groups) * sizeof(Group),
-                                           "the tree's " + std::to_string(counts.groups) + " groups");
+void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {
+  if (cells > INT32_MAX)
+    throw InputError("out-of-core tree: " + std::to_string(cells) + " cells exceed the 32-bit cell index");
+  groups_charge_ = store_.budget().reserve(static_cast<std::uint64_t>(groups) * sizeof(Group),
+                                           "the tree's " + std::to_string(groups) + " groups");
   // the cell cache: what the budget has left, less keep_free and the page tables; the cache
   // charges it (BudgetError naming the least budget when even the fewest frames do not fit)
   const std::size_t page = store_.page_bytes();
-  const std::int64_t pages = PagedCells::pages_for(counts.cells, page);
+  const std::int64_t pages = PagedCells::pages_for(cells, page);
   const MemoryBudget& b = store_.budget();
   const std::uint64_t tables = static_cast<std::uint64_t>(pages) * 5, taken = b.used() + keep_free_ + tables;
   const std::int64_t fit = taken < b.total() ? static_cast<std::int64_t>((b.total() - taken) / page) : 0;
   const std::int64_t frames = std::max(PagedCells::least_frames(threads_), std::min(fit, pages));
   const std::string directory = std::filesystem::path(store_.file().path()).parent_path().string();
-  cells_ = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(),
-                                        counts.cells, frames, threads_, store_.budget());
-  // breadth first, the table itself the queue: cell c's children are appended when c is reached
-  PagedCellReader w = cells_->reader(true);
-  CellBuildRecord root;
-  root.begin = 0, root.end = n;
-  w.put_build(0, root);
-  std::int64_t made = 1;
-  level_begin_.assign(1, 0);
-  for (std::int64_t c = 0; c < made; ++c) {
-    CellBuildRecord r = w.build(c);
-    if (!splits(r.begin, r.end, r.level, params_.n_leaf)) continue;
-    r.first_child = static_cast<std::int32_t>(made);
-    int kids = 0;
-    for_each_child(key, r.begin, r.end, r.level, [&](std::int64_t lo, std::int64_t hi) {
-      CellBuildRecord child;
-      child.begin = lo, child.end = hi, child.level = static_cast<std::int8_t>(r.level + 1);
-      if (child.level >= static_cast<int>(level_begin_.size())) level_begin_.push_back(made);
-      w.put_build(made++, child);
-      ++kids;
-    });
-    r.n_children = static_cast<std::int8_t>(kids);
-    w.put_build(c, r);
-  }
-  level_begin_.push_back(made);
-  if (made != counts.cells)
-    throw std::logic_error("out-of-core tree: the build made " + std::to_string(made) + " cells, the count " +
-                           std::to_string(counts.cells));
-}
-
-void PagedTree::compute_paged_moments() {
-  const PagedParticles particles(store_, "pos", "mass", threads_);
-  const double theta = params_.theta, quad_tol = params_.quad_tol;
-  std::exception_ptr error;  // the first failure (a page that fails its checksum): rethrown here
-#pragma omp parallel num_threads(threads_)
-  {
-    // children through read pins (their pages stay clean once written back), the cell's own
-    // records through write pins
-    const PagedCellReader r = cells_->reader(false, 2);
-    PagedCellReader w = cells_->reader(true, 2);
-    // levels deepest first: a cell's children are done before it
-    for (std::size_t level = level_begin_.size() - 1; level-- > 0;) {
-      const std::int64_t lo = level_begin_[level], hi = level_begin_[level + 1];
-      const std::int64_t chunks = (hi - lo + kMomentChunk - 1) / kMomentChunk;
-#pragma omp for schedule(dynamic, 1)
-      for (std::int64_t q = 0; q < chunks; ++q) {
-        try {
-          const std::int64_t c1 = std::min(hi, lo + (q + 1) * kMomentChunk);
-          for (std::int64_t c = lo + q * kMomentChunk; c < c1; ++c) {
-            CellBuildRecord b = w.build(c);
-            CellMoments m;
-            if (b.first_child < 0) {
-              m = leaf_moments(particles.block(b.begin, b.end), b.begin, b.end);
-            } else {
-              CellMoments kids[8];
-              for (int k = 0; k < b.n_children; ++k)
-                kids[k] = moments_of(r.record(b.first_child + k), r.build(b.first_child + k));
-              m = parent_moments(kids, b.n_children);
-            }
-            for (int a = 0; a < 3; ++a) b.lo[a] = m.lo[a], b.hi[a] = m.hi[a];
-            w.put_build(c, b);
-            w.put(c, record_of(m, b, theta, quad_tol));
-          }
-        } catch (...) {
-#pragma omp critical(gravpipe_paged_moments_error)
-          if (!error) error = std::current_exception();
-        }
-        particles.release_thread();
-      }  // the implied barrier: the level is done before the next one starts
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-void PagedTree::make_groups() {
-  PagedCellReader r = cells_->reader();
-  const std::vector<std::int32_t> cells = group_cells(r, params_.n_crit);
-  if (static_cast<std::int64_t>(cells.size()) != groups_counted_)
-    throw std::logic_error("out-of-core tree: " + std::to_string(cells.size()) + " groups, counted " +
-                           std::to_string(groups_counted_));
-  groups_.resize(cells.size());
-  for (std::size_t k = 0; k < cells.size(); ++k) {
-    const CellBuildRecord b = r.build(cells[k]);
-    Group& g = groups_[k];
-    g.i_begin = g.ex_begin = b.begin;
-    g.i_end = g.ex_end = b.end;
-    for (int a = 0; a < 3; ++a) g.lo[a] = b.lo[a], g.hi[a] = b.hi[a];
-  }
-  r.release();
-  cells_->drop_build_records();
+  cells_ = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(), cells, frames,
+                                        threads_, store_.budget());
 }
 
 void PagedTree::set_prefetch_runs(int runs) {
