@@ -9,8 +9,9 @@ A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
         ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
         acc = ooc.gather("acc")          # (N,3) in the caller's order (tests; needs N in memory)
 
-The same tree code as :class:`gravpipe.tree.Tree` (build, moments, walk, MAC, kernels), read
-through the store's accessor: for the same particles, parameters and thread count the forces
+The same tree code as :class:`gravpipe.tree.Tree` (octree rule, moment arithmetic, walk, MAC,
+kernels), reading particles through the store's accessor and the tree's cells from pages of
+their own (built in one depth-first pass over the sorted particles): for the same particles, parameters and thread count the forces
 and a leapfrog step are the in-core ones bit for bit. Each sort is external: runs that fit the
 sort buffer are sorted by (curve key, caller index) and merged, so the order is the in-core
 stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
