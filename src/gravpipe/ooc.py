@@ -137,8 +137,9 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
             f"(pages of {format_bytes(page_bytes)}, {threads} threads, n_leaf {n_leaf}, n_crit {n_crit}): the "
             f"page tables and the fewest frames take {format_bytes(least_store)}, the tree's fewest cell frames "
             f"and its groups (~{groups} planned) {format_bytes(tree_least)}, the sort "
-            f"{format_bytes(least_sort + 2 * n)}; the least budget that works is {format_bytes(least)} "
-            f"({least} bytes)", memory_budget, least)
+            f"{format_bytes(least_sort + 2 * n)} (these two use the same room in turn), and the fixed allowances for the kick passes' blocks and "
+            f"the threads' copied particle blocks {format_bytes(blocks + tree_keep_free(n, threads))}; the least "
+            f"budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
     least_frames = least_store - tables
     spare = memory_budget - least
     # by default the particles' cache takes half of what the least needs leave; the other

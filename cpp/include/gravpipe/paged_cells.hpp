@@ -79,9 +79,7 @@ class PagedCells {
 
   std::int64_t count() const { return cells_; }
   /// A reader for one thread; `write`: its pins may modify records (the build).
-  /// `share`: the readers each thread holds at once (each gets that share of the slots, so
-  /// that all readers together never pin every frame).
-  PagedCellReader reader(bool write = false, int share = 1) const;
+  PagedCellReader reader(bool write = false) const;
   std::int64_t frames() const { return cache_->frames(); }
   StoreCounters counters() const { return cache_->counters(); }
   const PageFile& file() const { return *file_; }
@@ -100,7 +98,7 @@ class PagedCells {
 /// write = true (the build).
 class PagedCellReader {
  public:
-  PagedCellReader(const PagedCells& cells, bool write, std::size_t slots);
+  PagedCellReader(const PagedCells& cells, bool write);
   PagedCellReader(PagedCellReader&&) = default;
 
   std::size_t count() const { return static_cast<std::size_t>(cells_->cells_); }

@@ -187,11 +187,7 @@ struct Group {
   double a_min = 0;                            // smallest |a_old| in the group (0: none)
 };
 
-/// Self-gravity groups: the highest cells with <= n_crit particles (or leaves), in curve
-/// order. Needs only the topology (before the moments); `Cells` is any type whose
-/// walk(k) gives begin, end, first_child and n_children (PagedCellReader).
-template <class Cells>
-std::vector<std::int32_t> group_cells(const Cells& t, int n_crit);
+/// Self-gravity groups: the highest cells with <= n_crit particles (or leaves), in curve order.
 std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit);
 
 /// One group's list. The cell buffers grow as a walk needs them and are reused from group

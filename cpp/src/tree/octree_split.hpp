@@ -20,6 +20,10 @@ inline bool splits(std::int64_t b, std::int64_t e, int level, int n_leaf) {
   return e - b > n_leaf && level < kTreeMaxLevel;
 }
 
+/// Whether a cell of `count` particles, not below another group cell, is a self-gravity group
+/// (group_cells, and the out-of-core build's groups): at most n_crit particles, or a leaf.
+inline bool is_group_cell(std::int64_t count, bool split, int n_crit) { return count <= n_crit || !split; }
+
 /// Call child(lo, hi) for each non-empty octant of the cell [b, e) at `level`, in curve
 /// order. key(i): the i-th sorted key (an array or pages).
 template <class Keys, class Child>

@@ -61,14 +61,10 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
   while (slots_ * 2 <= static_cast<std::size_t>(std::min<std::int64_t>(share, 64))) slots_ *= 2;
 }
 
-PagedCellReader PagedCells::reader(bool write, int share) const {
-  std::size_t slots = slots_;
-  while (slots > 1 && static_cast<int>(slots_ / slots) < share) slots /= 2;
-  return PagedCellReader(*this, write, slots);
-}
+PagedCellReader PagedCells::reader(bool write) const { return PagedCellReader(*this, write); }
 
-PagedCellReader::PagedCellReader(const PagedCells& cells, bool write, std::size_t slots)
-    : cells_(&cells), slots_(*cells.cache_, slots, write ? PageCache::Access::Modify : PageCache::Access::Read) {}
+PagedCellReader::PagedCellReader(const PagedCells& cells, bool write)
+    : cells_(&cells), slots_(*cells.cache_, cells.slots_, write ? PageCache::Access::Modify : PageCache::Access::Read) {}
 
 double PagedCellReader::mass_size2(std::int32_t) const {
   throw InputError("out-of-core tree: the relative opening criterion (alpha > 0) is not available out of core");

@@ -81,8 +81,7 @@ TreeCounts count_cells(const PagedKeys& key, std::int64_t n, int n_leaf, int n_c
     if (o.level >= static_cast<int>(c.per_level.size())) c.per_level.resize(static_cast<std::size_t>(o.level) + 1, 0);
     ++c.per_level[static_cast<std::size_t>(o.level)];
     const bool split = splits(o.b, o.e, o.level, n_leaf);
-    // group_cells' rule: the highest cells with <= n_crit particles, or leaves
-    const bool group = !o.in_group && (o.e - o.b <= n_crit || !split);
+    const bool group = !o.in_group && is_group_cell(o.e - o.b, split, n_crit);
     c.groups += group;
     if (!split) {
       ++c.leaves;
@@ -135,7 +134,7 @@ class DepthFirstBuild {
  private:
   CellMoments visit(std::int64_t b, std::int64_t e, int level, std::int64_t index, bool in_group) {
     const bool split = splits(b, e, level, params_.n_leaf);
-    const bool group = !in_group && (e - b <= params_.n_crit || !split);
+    const bool group = !in_group && is_group_cell(e - b, split, params_.n_crit);
     CellMoments m;
     std::int32_t first_child = -1;
     int n_children = 0;

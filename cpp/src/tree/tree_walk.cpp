@@ -6,41 +6,25 @@
 
 #include "gravpipe/tree.hpp"
 #include "gravpipe/paged_cells.hpp"
+#include "octree_split.hpp"
 #include "tree_mac.hpp"
 
 namespace gravpipe {
 
-template <class Cells>
-std::vector<std::int32_t> group_cells(const Cells& t, int n_crit) {
+std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit) {
   std::vector<std::int32_t> groups, stack{0};
   while (!stack.empty()) {
     const std::int32_t c = stack.back();
     stack.pop_back();
-    const WalkCell& w = t.walk(c);
-    if (w.end - w.begin <= n_crit || w.first_child < 0) {
+    if (is_group_cell(t.end[c] - t.begin[c], !t.is_leaf(c), n_crit)) {
       groups.push_back(c);
       continue;
     }
     // children pushed in reverse so that groups come out in curve order
-    for (int k = w.n_children - 1; k >= 0; --k) stack.push_back(w.first_child + k);
+    for (int k = t.n_children[c] - 1; k >= 0; --k) stack.push_back(t.first_child[c] + k);
   }
   return groups;
 }
-
-namespace {
-/// TreeNodes' topology arrays as group_cells reads them (its walk copies come with the moments).
-struct TopologyOf {
-  const TreeNodes& t;
-  WalkCell walk(std::int32_t k) const {
-    const auto c = static_cast<std::size_t>(k);
-    WalkCell w;
-    w.begin = t.begin[c], w.end = t.end[c], w.first_child = t.first_child[c], w.n_children = t.n_children[c];
-    return w;
-  }
-};
-}  // namespace
-
-std::vector<std::int32_t> group_cells(const TreeNodes& t, int n_crit) { return group_cells(TopologyOf{t}, n_crit); }
 
 namespace {
 /// Append particles [b, e) to the ranges, joining it to the last range when adjacent.
@@ -139,7 +123,6 @@ void walk_run(const Cells& t, const Group& run, Span<const Group> members, const
 }
 
 #define GRAVPIPE_INSTANTIATE_WALKS(Cells)                                                                \
-  template std::vector<std::int32_t> group_cells<Cells>(const Cells&, int);                              \
   template void walk_group<Cells>(const Cells&, const Group&, const MacParams&, InteractionList&,          \
                                   Span<const std::int32_t>);                                              \
   template void walk_run<Cells>(const Cells&, const Group&, Span<const Group>, const MacParams&,          \
