@@ -4,12 +4,17 @@
 // validated and C-contiguous from gravpipe/store.py. I/O releases the GIL.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -207,12 +212,20 @@ void bind_store(nb::module_& m) {
       .def_prop_ro("budget_peak", [](const StoreBox& b) { return b.get().budget().peak(); });
 
   m.def("store_sort_by_curve",
-        [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads) {
+        [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
+           std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift) {
           ParticleStore& s = b.get();
+          StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
+          if (kick_drift) {
+            const auto& [h, dt, lo, hi] = *kick_drift;
+            SortKickDrift k{h, dt, {}};
+            std::copy(lo.begin(), lo.end(), k.bounds.lo), std::copy(hi.begin(), hi.end(), k.bounds.hi);
+            config.kick_drift = k;
+          }
           StoreSortStats st;
           {
             nb::gil_scoped_release release;
-            st = sort_store_by_curve(s, {carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()});
+            st = sort_store_by_curve(s, config);
           }
           nb::dict d;
           d["runs"] = st.runs;
@@ -223,10 +236,17 @@ void bind_store(nb::module_& m) {
           d["seconds_permute"] = st.seconds_permute;
           d["frame_lo"] = std::vector<double>{st.frame.lo[0], st.frame.lo[1], st.frame.lo[2]};
           d["frame_scale"] = st.frame.scale;
+          d["kick_drift_applied"] = st.kick_drift_applied;
           return d;
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
-        "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp).");
+        nb::arg("kick_drift").none() = nb::none(),
+        "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
+        "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
+        "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
+        "unchanged) when the prediction missed.");
+  m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
+        "Sort buffer bytes a particle of a run takes (one run needs n times this).");
   m.def("least_sort_buffer", &least_sort_buffer, nb::arg("n"), "The least sort buffer (bytes) for n particles.");
   m.def("store_kick_drift",
         [](StoreBox& b, double h, double dt, std::int64_t block) {

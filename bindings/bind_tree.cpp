@@ -4,11 +4,14 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_leapfrog.hpp"
 #include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
@@ -85,6 +88,7 @@ class PagedTreeBox {
     box_.get();
     return tree_;
   }
+  ParticleStore& store() { return box_.get(); }
 
  private:
   bindings::StoreBox& box_;  // kept alive by the Python object (keep_alive)
@@ -209,10 +213,32 @@ void bind_tree(nb::module_& m) {
            nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::keep_alive<1, 2>())
       .def(
           "self_forces",
-          [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field) {
-            t.get().self_forces(acc_field, pot_field);
+          [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,
+             std::optional<std::tuple<double, double, double, double>> closing_kick) -> nb::object {
+            if (!closing_kick) {
+              nb::gil_scoped_release release;
+              t.get().self_forces(acc_field, pot_field);
+              return nb::none();
+            }
+            const auto [h, time, next_h, next_dt] = *closing_kick;
+            AxisBounds next;
+            {
+              nb::gil_scoped_release release;
+              PagedTree& tree = t.get();
+              PagedClosingKick kick(t.store(), h, time, tree.threads(), next_h, next_dt);
+              tree.self_forces(acc_field, pot_field,
+                               [&kick](std::int64_t b, std::int64_t n, const double* acc, const double* pot) {
+                                 kick(b, n, acc, pot);
+                               });
+              kick.throw_if_bad();
+              next = kick.next_bounds();
+            }
+            return nb::make_tuple(std::vector<double>(next.lo, next.lo + 3), std::vector<double>(next.hi, next.hi + 3));
           },
-          nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::call_guard<nb::gil_scoped_release>())
+          nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::arg("closing_kick").none() = nb::none(),
+          "Self-gravity into the store's fields. closing_kick (h, t, next_h, next_dt): also vel += h acc run by "
+          "run as the walk writes them (IntegrationError at t if a force is not finite), and return the bounds "
+          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give.")
       .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
       .def("cell_counters", [](const PagedTreeBox& t) { return bindings::counters_dict(t.get().cell_counters()); })

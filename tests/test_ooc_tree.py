@@ -82,25 +82,83 @@ def test_forces_against_float64_direct_sum(tmp_path):
     assert np.median(err) <= 3e-4 and np.percentile(err, 99) <= 3e-3
 
 
-@pytest.mark.parametrize("threads,run", [(1, 1100), (2, 1100), (2, 4000)])
-def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, run):
-    """Several runs (the external merge), or one (sorted in place, positions permuted from
-    the bounds pass's buffer)."""
+@pytest.mark.parametrize("threads,buffer", [(1, 72 * 1100), (2, 72 * 1100), (2, 104 * 4000)])
+def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
+    """Several runs (the external merge), or one (sorted in place). The first step kicks and
+    drifts in a pass of its own; the next ones (same dt) inside the sort, in the frame the
+    closing kick predicted; every step's closing kick rides on the walk."""
     n, dt = 4000, 1 / 64
     p = gp.ic.plummer(n, seed=2)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=threads)
-    sim.evolve(2 * dt)
+    sim.evolve(3 * dt)
     budget = _least(n, threads) + 64 * PAGE
+    def runs(kick_drift: bool) -> int:  # runs start on page boundaries (store_sort.cpp)
+        run = min(n, buffer // _core.sort_run_bytes_per_particle(kick_drift))
+        run -= run % (PAGE // 8) if PAGE // 8 < run < n else 0
+        return -(-n // run)
+    plain, fused = runs(False), runs(True)
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE,
-                                  sort_buffer=72 * run) as o:
-        o.step(dt)
-        st = o.step(dt)
-        assert st.sort_detail["runs"] == -(-n // run) and st.bytes_read > 0 and st.bytes_written > 0
+                                  sort_buffer=buffer) as o:
+        first = o.step(dt)
+        assert not first.kick_drift_in_sort and first.kick_drift > 0 and first.sort_detail["runs"] == plain
+        for _ in range(2):
+            st = o.step(dt)
+            assert st.kick_drift_in_sort and st.kick_drift == 0 and st.kick == 0
+            assert st.sort_detail["runs"] == fused and st.sort_detail["kick_drift_applied"]
+            assert st.bytes_read > 0 and st.bytes_written > 0
         pos, vel = o.gather("pos"), o.gather("vel")
         ids = o.gather("id")
     q = sim.particles
     assert np.array_equal(ids, q.id)
     assert np.array_equal(pos, q.pos) and np.array_equal(vel, q.vel)
+
+
+def test_sort_kick_drift_checks_its_predicted_frame(tmp_path):
+    """The sort's kick-drift with the true bounds of the drifted positions gives the separate
+    pass and the plain sort bit for bit; with bounds that miss by one ulp it leaves every
+    field as it was (and the store unsorted), so the step falls back to the separate pass."""
+    n, h, dt = 3000, 1 / 128, 1 / 64
+    p = gp.ic.plummer(n, seed=4)
+    budget = _least(n, 1) + 64 * PAGE
+    kw = dict(eps=EPS, threads=1, page_bytes=PAGE, sort_buffer=72 * 1024)
+    with OutOfCore.from_particles(p, tmp_path, budget, **kw) as o:
+        o.forces()
+        before = {f: o.store.read(f, 0, n) for f in ("pos", "vel", "acc", "id")}
+        vel = before["vel"] + h * before["acc"]  # the kick-drift in float64, element by element
+        pos = before["pos"] + dt * vel
+        lo, hi = list(pos.min(0)), list(pos.max(0))
+        missed = list(lo)
+        missed[0] = float(np.nextafter(lo[0], -np.inf))  # the frame's corner one ulp off
+        d = o.sort(kick_drift=(h, dt, missed, hi))
+        assert d["runs"] > 1 and not d["kick_drift_applied"] and not o._sorted
+        for f, v in before.items():
+            assert np.array_equal(o.store.read(f, 0, n), v), f
+        d = o.sort(kick_drift=(h, dt, lo, hi))
+        assert d["kick_drift_applied"] and o._sorted
+        fused = {f: o.store.read(f, 0, n) for f in ("pos", "vel", "id", "key")}
+    with OutOfCore.from_particles(p, tmp_path, budget, **kw) as o:
+        o.forces()
+        _core.store_kick_drift(o.store._core, h, dt, 256)
+        o.sort()
+        for f, v in fused.items():
+            assert np.array_equal(o.store.read(f, 0, n), v), f
+    order = np.argsort(before["id"])  # the fused pass drifted every particle as numpy does
+    assert np.array_equal(fused["pos"][np.argsort(fused["id"])], pos[order])
+
+
+def test_non_finite_force_raises_naming_the_particle(tmp_path):
+    """Two particles that the drift brings to one place (eps = 0): the closing kick, riding
+    on the walk, raises the in-core leapfrog's IntegrationError naming one of them."""
+    n = 2000
+    p = gp.ic.plummer(n, seed=6)
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=0.0, page_bytes=PAGE) as o:
+        o.forces()
+        slot = {int(i): k for k, i in enumerate(o.store.read("index", 0, n))}
+        a, b = slot[700], slot[1500]
+        for f in ("pos", "vel", "acc"):  # particle 1500 becomes particle 700's twin
+            o.store.write(f, b, o.store.read(f, a, a + 1))
+        with pytest.raises(gp.errors.IntegrationError, match=r"particle (700|1500): its force is not finite"):
+            o.step(1 / 64)
 
 
 @pytest.mark.parametrize("threads,page", [(1, PAGE), (2, PAGE), (2, 3 * PAGE)])

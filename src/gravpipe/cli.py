@@ -503,8 +503,9 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                          progress=lambda m: print(m, flush=True), **page)
             doc["ratio"].append(r)
             st = r["stages"]
-            print(f"N = {n}: in core {r['seconds_in_core']:.2f} s, out of core {r['seconds_out_of_core']:.2f} s, "
-                  f"ratio {r['ratio']:.3f} (budget {format_bytes(r['budget_bytes'])} = {r['budget_fraction']:.3g} of "
+            print(f"N = {n}, second step: in core {r['seconds_in_core']:.2f} s, out of core "
+                  f"{r['seconds_out_of_core']:.2f} s, ratio {r['ratio']:.3f} (first step: {r['seconds_in_core_first_step']:.2f} "
+                  f"s, {r['seconds_out_of_core_first_step']:.2f} s, {r['ratio_first_step']:.3f}) (budget {format_bytes(r['budget_bytes'])} = {r['budget_fraction']:.3g} of "
                   f"the data: particle cache {format_bytes(r['cache_bytes'])}, cell cache "
                   f"{format_bytes(r['cell_cache_bytes'])} for {r['cells']} cells; peak charged "
                   f"{format_bytes(r['budget_peak_bytes'])}); bitwise equal: {r['identical_to_in_core']}")

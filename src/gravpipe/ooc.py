@@ -7,6 +7,7 @@ A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
     with OutOfCore.from_particles(p, "/scratch", memory_budget="2GiB", eps=1/256) as ooc:
         ooc.forces()                     # sort + build + moments + walk: acc, pot on the pages
         ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
+        ooc.step(1/128)                  # the same dt again: the kick-drift rides on the sort
         acc = ooc.gather("acc")          # (N,3) in the caller's order (tests; needs N in memory)
 
 The same tree code as :class:`gravpipe.tree.Tree` (octree rule, moment arithmetic, walk, MAC,
@@ -16,6 +17,15 @@ and a leapfrog step are the in-core ones bit for bit. Each sort is external: run
 sort buffer are sorted by (curve key, caller index) and merged, so the order is the in-core
 stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
 ``pos~``) and the keys; on disk that is 192 bytes a particle.
+
+A step passes over the pages as few times as it can (each pass reads or writes every
+particle at the disk's ~1 GB/s): the closing kick is applied run by run as the walk writes
+each run's forces, the disk otherwise idle while the walk computes; and the same hook
+predicts the bounds of the positions the next step's kick-drift will give, so that a next
+step with the same ``dt`` kicks and drifts the particles inside the external sort's first
+pass, keyed in the predicted frame. The sort checks that frame bit for bit against the
+drifted positions; a miss (a changed ``dt``, particles written in between) leaves the store
+as it was and the step makes its separate kick-drift pass. Neither changes a bit of the result.
 
 The budget covers everything that grows with N: the page checksum tables, the page cache, the
 tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform cube
@@ -97,6 +107,9 @@ class StepTimes:
     cell_cache_bytes: int = 0   # the tree's cell cache (frames)
     cells: int = 0
     sort_detail: dict = field(default_factory=dict)
+    #: the kick-drift ran inside the sort (its seconds in ``sort``, ``kick_drift`` 0); the
+    #: closing kick always runs inside the walk (its seconds in ``walk_forces``, ``kick`` 0)
+    kick_drift_in_sort: bool = False
 
     @property
     def total(self) -> float:
@@ -153,7 +166,9 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
                 f"{format_bytes(least_frames + spare)}", cache_bytes, least_frames + spare)
         cache = max(cache_bytes, least_frames)
     headroom = memory_budget - tables - cache
-    sort_buffer = max(least_sort, min(72 * n, headroom - blocks - 2 * n))
+    # up to one run of the sort with the next kick-drift inside it (the steady-state step)
+    one_run = int(_core.sort_run_bytes_per_particle(True)) * n
+    sort_buffer = max(least_sort, min(one_run, headroom - blocks - 2 * n))
     return BudgetPlan(memory_budget, least_store, tree_least, headroom, sort_buffer, cache)
 
 
@@ -213,6 +228,9 @@ class OutOfCore:
         self._tree: object | None = None
         self._sorted = False
         self._have_forces = False
+        # (dt, lo, hi): the bounds of the positions a kick-drift of dt will give, predicted
+        # by the last closing kick; None when unknown or stale
+        self._next_bounds: tuple[float, list[float], list[float]] | None = None
         self.t = 0.0
         self.last = StepTimes()
         self.tree_stats: TreeStats | None = None
@@ -290,14 +308,20 @@ class OutOfCore:
         self.store.write("index", b, np.arange(b, b + len(mass), dtype=np.int64))
         self._sorted = False
         self._have_forces = False
+        self._next_bounds = None
 
     # ---- the stages ---------------------------------------------------------------------------
 
-    def sort(self) -> dict:
-        """External sort of every particle into curve order (key, caller index)."""
+    def sort(self, kick_drift: tuple[float, float, list[float], list[float]] | None = None) -> dict:
+        """External sort of every particle into curve order (key, caller index). With
+        ``kick_drift`` (h, dt, lo, hi) the sort first applies vel += h acc, pos += dt vel to
+        each run it reads, keyed in the frame of the predicted bounds [lo, hi] of the drifted
+        positions; if they miss (``"kick_drift_applied"`` False in the returned details) the
+        store is left as it was, unsorted."""
         self._tree = None  # its cells' budget goes back first
-        d = dict(_core.store_sort_by_curve(self.store._core, CARRIED, self.plan.sort_buffer, self.threads))
-        self._sorted = True
+        d = dict(_core.store_sort_by_curve(self.store._core, CARRIED, self.plan.sort_buffer, self.threads,
+                                           kick_drift))
+        self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
         return d
 
     def forces(self) -> StepTimes:
@@ -314,7 +338,10 @@ class OutOfCore:
         self.last = st
         return st
 
-    def _tree_forces(self, st: StepTimes) -> None:
+    def _tree_forces(self, st: StepTimes, closing_kick: tuple[float, float, float, float] | None = None):
+        """Build, moments, walk into ``acc`` and ``pot``; with ``closing_kick`` (h, t, next_h,
+        next_dt) also the kick of each run as the walk writes it: returns the predicted bounds
+        (lo, hi) of the next kick-drift's positions (PagedTree.self_forces)."""
         p = self.params
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
@@ -325,7 +352,7 @@ class OutOfCore:
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree
         t1 = time.perf_counter()
-        tree.self_forces()
+        next_bounds = tree.self_forces(closing_kick=closing_kick)
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         c = tree.cell_counters()
@@ -334,6 +361,7 @@ class OutOfCore:
         st.cell_cache_bytes = int(tree.cell_cache_bytes)
         st.cells = int(tree.cell_count)
         self._have_forces = True
+        return next_bounds
 
     def step(self, dt: float) -> StepTimes:
         """One kick-drift-kick leapfrog step of ``dt`` (as gravpipe's in-core leapfrog:
@@ -346,18 +374,25 @@ class OutOfCore:
         st = StepTimes()
         before = self.store.stats()
         h = 0.5 * dt
-        t0 = time.perf_counter()
+        predicted, self._next_bounds = self._next_bounds, None
         self._tree = None
         self._sorted = False  # the drift moves every particle
-        _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
-        st.kick_drift = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        st.sort_detail = self.sort()
-        st.sort = time.perf_counter() - t0
-        self._tree_forces(st)
-        t0 = time.perf_counter()
-        _core.store_kick(self.store._core, h, KICK_BLOCK, self.t + dt)
-        st.kick = time.perf_counter() - t0
+        if predicted is not None and predicted[0] == dt:
+            t0 = time.perf_counter()
+            st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]))
+            st.sort = time.perf_counter() - t0
+            st.kick_drift_in_sort = bool(st.sort_detail["kick_drift_applied"])
+        if not st.kick_drift_in_sort:
+            t0 = time.perf_counter()
+            _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
+            st.kick_drift = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            missed = st.sort  # a sort whose prediction missed counts with this one
+            st.sort_detail = self.sort()
+            st.sort = missed + time.perf_counter() - t0
+        # the closing kick rides on the walk, which also predicts the next step's bounds
+        lo, hi = self._tree_forces(st, closing_kick=(h, self.t + dt, h, dt))
+        self._next_bounds = (dt, lo, hi)
         self.t += dt
         self._traffic(st, before)
         self.last = st

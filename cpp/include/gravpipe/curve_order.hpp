@@ -11,7 +11,10 @@
 //   std::vector<std::uint64_t> keys = curve_keys(pos, box, threads);
 //   std::vector<std::int64_t> order = sort_keys(keys, threads);
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "gravpipe/morton.hpp"
@@ -28,6 +31,26 @@ struct CurveBox {
 /// The cube with corner lo whose side is the largest extent of the box [lo, hi], scaled so
 /// that hi falls inside the last cell.
 CurveBox curve_box(const double lo[3], const double hi[3]);
+
+/// Per-axis bounds of positions gathered in pieces (blocks of pages, runs of groups, threads):
+/// min and max are exact, so any grouping and order gives the bits of one pass.
+struct AxisBounds {
+  double lo[3] = {INFINITY, INFINITY, INFINITY};
+  double hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+
+  void add(const double* x) {
+    for (int c = 0; c < 3; ++c) lo[c] = std::min(lo[c], x[c]), hi[c] = std::max(hi[c], x[c]);
+  }
+  void add(const AxisBounds& o) {
+    for (int c = 0; c < 3; ++c) lo[c] = std::min(lo[c], o.lo[c]), hi[c] = std::max(hi[c], o.hi[c]);
+  }
+  CurveBox cube() const { return curve_box(lo, hi); }
+};
+
+/// Whether two frames give every position the same key: the same bits of corner and scale.
+inline bool same_frame(const CurveBox& a, const CurveBox& b) {
+  return std::memcmp(a.lo, b.lo, sizeof a.lo) == 0 && std::memcmp(&a.scale, &b.scale, sizeof a.scale) == 0;
+}
 
 /// curve_box of the per-axis bounds of positions (3n row-major); n = 0 gives scale 0.
 CurveBox bounding_cube(Span<const double> pos, int threads);

@@ -14,6 +14,7 @@
 // a BudgetError naming the least budget that works.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@
 
 namespace gravpipe {
 
+/// Called with each run of i-particles' results as self_forces writes them: particles
+/// [begin, begin + n) of the store, acc (3n) and pot (n). From the walk's OpenMP threads,
+/// several at once.
+using RunResultsHook = std::function<void(std::int64_t begin, std::int64_t n, const double* acc, const double* pot)>;
+
 class PagedTree {
  public:
   /// Build from the store's "key" (sorted), "pos" and "mass". Throws InputError for bad
@@ -37,11 +43,15 @@ class PagedTree {
   /// Self-gravity of every particle of the store (self excluded) into its fields `acc_field`
   /// and `pot_field` (curve order), as Tree::self_forces computes it. An empty `acc_field`
   /// writes only the potentials (diagnostics: the run's accelerations stay untouched).
-  void self_forces(const std::string& acc_field = "acc", const std::string& pot_field = "pot");
+  /// `hook` (optional) sees every run's results while they are in memory (the closing kick).
+  void self_forces(const std::string& acc_field = "acc", const std::string& pot_field = "pot",
+                   const RunResultsHook& hook = {});
 
   /// Runs of groups whose pages self_forces loads ahead of each compute thread (the walk's
   /// prefetch, walk_prefetch.hpp); 0 turns it off. Changes I/O only, never a result bit.
   void set_prefetch_runs(int runs);
+  /// OpenMP threads of the walk (what a RunResultsHook must serve at once).
+  int threads() const { return threads_; }
   int prefetch_runs() const { return prefetch_runs_; }
 
   const TreeStats& stats() const { return stats_; }

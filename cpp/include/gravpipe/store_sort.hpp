@@ -16,8 +16,16 @@
 //      contiguous slice of every run, so every read and write is sequential in its column.
 // One run (the buffer holds every particle) skips the twins: the run is written in place.
 // The sort buffer and the run sources are charged to the store's budget.
+//
+// With a kick-drift (StoreSortConfig::kick_drift, a leapfrog step's first half) the runs are
+// kicked and drifted as they are read, so the step makes no pass of its own for it; the
+// bounds pass is skipped and the keys use the frame of the predicted bounds. The runs' true
+// bounds are checked against it bit for bit before anything but the twins is written: a
+// prediction that misses leaves the fields as they were (StoreSortStats::kick_drift_applied
+// false) for the caller to kick-drift and sort the plain way.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,19 +37,36 @@ namespace gravpipe {
 /// The twin of a carried field, where the sort keeps its runs.
 inline std::string sort_twin(const std::string& field) { return field + "~"; }
 
+/// vel += h acc, then pos += dt vel (paged_kick_drift's arithmetic), "acc" read, applied by
+/// the sort to each run as it reads it; `bounds`: the predicted bounds of the drifted
+/// positions (PagedClosingKick::next_bounds), whose frame keys the runs.
+struct SortKickDrift {
+  double h = 0, dt = 0;
+  AxisBounds bounds;
+};
+
 struct StoreSortConfig {
   /// Fields permuted into curve order besides "key" and "index" (each needs its twin).
   std::vector<std::string> carried = {"pos", "vel", "mass", "id"};
   std::uint64_t buffer_bytes = std::uint64_t{64} << 20;  // runs and merge buffers
   int threads = 1;
+  /// Kick and drift as the runs are read ("pos" and "vel" must be carried).
+  std::optional<SortKickDrift> kick_drift;
 };
 
 struct StoreSortStats {
   CurveBox frame;
   std::int64_t runs = 0, run_particles = 0;
+  /// The kick-drift asked for was applied (false: not asked for, or its bounds missed and
+  /// the store is as it was).
+  bool kick_drift_applied = false;
   double seconds_bounds = 0, seconds_runs = 0, seconds_merge = 0, seconds_permute = 0;
   double seconds() const { return seconds_bounds + seconds_runs + seconds_merge + seconds_permute; }
 };
+
+/// Bytes of the sort buffer a particle of a run takes (with a kick-drift: more, its
+/// velocities and a column of accelerations held too): one run needs n times this.
+std::uint64_t sort_run_bytes_per_particle(bool kick_drift);
 
 /// The least sort buffer (bytes) that sorts n particles in at most 65535 runs.
 std::uint64_t least_sort_buffer(std::int64_t n);

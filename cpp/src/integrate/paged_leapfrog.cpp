@@ -1,6 +1,8 @@
 // Kick and drift over the store's pages (paged_leapfrog.hpp).
 #include "gravpipe/paged_leapfrog.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -19,18 +21,28 @@ std::int64_t checked_block(const ParticleStore& s, std::int64_t block) {
   return std::min(block, s.size());
 }
 
+/// The first k in [0, n) whose acc (3n) or pot (n) is not finite, or -1.
+std::int64_t first_not_finite(std::int64_t n, const double* acc, const double* pot) {
+  for (std::int64_t k = 0; k < n; ++k) {
+    const double* a = &acc[3 * k];
+    if (!(std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]) && std::isfinite(pot[k]))) return k;
+  }
+  return -1;
+}
+
+[[noreturn]] void throw_not_finite(ParticleStore& s, std::int64_t at, double t) {
+  std::int64_t index = 0;
+  s.read_column("index", 0, at, 1, &index);
+  throw IntegrationError("leapfrog: particle " + std::to_string(index) + ": its force is not finite at t = " +
+                             format_number(t) + " (coincident particles with eps = 0? use eps > 0)",
+                         index, t);
+}
+
 /// Throws IntegrationError for the first particle of [b, b + n) whose force is not finite.
 void check_finite(ParticleStore& s, std::int64_t b, std::int64_t n, const std::vector<double>& acc,
                   const std::vector<double>& pot, double t) {
-  for (std::int64_t k = 0; k < n; ++k) {
-    const double* a = &acc[3 * k];
-    if (std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]) && std::isfinite(pot[k])) continue;
-    std::int64_t index = 0;
-    s.read_column("index", 0, b + k, 1, &index);
-    throw IntegrationError("leapfrog: particle " + std::to_string(index) + ": its force is not finite at t = " +
-                               format_number(t) + " (coincident particles with eps = 0? use eps > 0)",
-                           index, t);
-  }
+  const std::int64_t k = first_not_finite(n, acc.data(), pot.data());
+  if (k >= 0) throw_not_finite(s, b + k, t);
 }
 
 }  // namespace
@@ -66,6 +78,44 @@ void paged_kick(ParticleStore& s, double h, std::int64_t block, double t) {
     for (std::int64_t k = 0; k < m; ++k) vel[k] += h * acc[k];  // LeapfrogIntegrator::step's last loop
     s.write("vel", b, n, vel.data());
   }
+}
+
+PagedClosingKick::PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h,
+                                   double next_dt)
+    : s_(s), h_(h), t_(t), next_h_(next_h), next_dt_(next_dt), buffers_(static_cast<std::size_t>(std::max(threads, 1))) {}
+
+void PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot) {
+  const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+  if (thread >= buffers_.size()) throw InputError("closing kick: more threads than buffers");
+  if (const std::int64_t k = first_not_finite(n, acc, pot); k >= 0) {
+    const std::lock_guard<std::mutex> lock(bad_mutex_);
+    if (first_bad_ < 0 || begin + k < first_bad_) first_bad_ = begin + k;
+    return;
+  }
+  Buffers& b = buffers_[thread];
+  const std::int64_t m = 3 * n;
+  b.vel.resize(static_cast<std::size_t>(m));
+  s_.read("vel", begin, n, b.vel.data());
+  for (std::int64_t k = 0; k < m; ++k) b.vel[k] += h_ * acc[k];  // LeapfrogIntegrator::step's last loop
+  s_.write("vel", begin, n, b.vel.data());
+  if (!(next_dt_ > 0)) return;
+  b.pos.resize(static_cast<std::size_t>(m));
+  s_.read("pos", begin, n, b.pos.data());
+  for (std::int64_t k = 0; k < m; ++k) {  // paged_kick_drift's loop, kept in registers
+    const double v = b.vel[k] + next_h_ * acc[k];
+    b.pos[k] += next_dt_ * v;
+  }
+  for (std::int64_t k = 0; k < n; ++k) b.bounds.add(&b.pos[3 * k]);
+}
+
+void PagedClosingKick::throw_if_bad() const {
+  if (first_bad_ >= 0) throw_not_finite(s_, first_bad_, t_);
+}
+
+AxisBounds PagedClosingKick::next_bounds() const {
+  AxisBounds all;
+  for (const Buffers& b : buffers_) all.add(b.bounds);
+  return all;
 }
 
 void check_paged_forces(ParticleStore& s, std::int64_t block, double t) {

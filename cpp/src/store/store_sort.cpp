@@ -20,6 +20,8 @@ namespace {
 // Bytes per particle of a run in memory: positions (24), keys and their order, twice in the
 // radix sort (32), one column in and out (16); 72, rounded to what the budget plans.
 constexpr std::uint64_t kRunBytesPerParticle = 72;
+// a kick-drift holds the run's velocities (24) and one column of accelerations (8) besides
+constexpr std::uint64_t kKickDriftRunBytesPerParticle = kRunBytesPerParticle + 32;
 constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
 constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
 
@@ -29,6 +31,13 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   for (const char* f : {"index", "key"})
     if (s.field(f).components != 1 || s.field(f).type != FieldType::I64)
       throw InputError(std::string("store sort: field '") + f + "' must be an int64 scalar");
+  if (c.kick_drift) {
+    for (const char* f : {"vel", "acc"})
+      if (s.field(f).components != 3 || s.field(f).type != FieldType::F64)
+        throw InputError(std::string("store sort: a kick-drift needs field '") + f + "' as a float64 3-vector");
+    if (std::find(c.carried.begin(), c.carried.end(), "vel") == c.carried.end())
+      throw InputError("store sort: a kick-drift needs 'vel' among the carried fields");
+  }
   if (!twins) return;
   for (const std::string& f : c.carried) {
     const FieldSpec& a = s.field(f);
@@ -41,28 +50,50 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
 
 /// The bounding cube of every position, read block by block (one block when the sort has one
 /// run: `buf` then holds every position for the run to use).
-CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf, int threads) {
-  double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf) {
+  AxisBounds bounds;  // exact, so blocks give the in-core bounding_cube's box bit for bit
   for (std::int64_t b = 0; b < s.size(); b += block) {
     const std::int64_t n = std::min(block, s.size() - b);
     s.read("pos", b, n, buf.data());
-    // min and max are exact, so blocks give the in-core bounding_cube's box bit for bit
-    (void)threads;
-    for (std::int64_t k = 0; k < n; ++k)
-      for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], buf[3 * k + a]), hi[a] = std::max(hi[a], buf[3 * k + a]);
+    for (std::int64_t k = 0; k < n; ++k) bounds.add(&buf[3 * k]);
   }
-  return curve_box(lo, hi);
+  return bounds.cube();
 }
 
-/// Sort particles [b, b + n) by (key, index) and write every carried field, key and index
-/// permuted to the fields named by `to` (the twins, or the fields themselves for one run).
-/// `pos_loaded`: `pos` already holds the run's positions (one run: the bounds pass read
-/// them all), so they are neither read again nor, if carried, read a third time to permute.
+/// One run's buffers (run particles each; vel and acc only for a kick-drift).
+struct RunBuffers {
+  std::vector<double> pos, vel, acc;
+  std::vector<std::int64_t> local, in, out;
+};
+
+/// Read run [b, b + n)'s positions (unless `pos_loaded`: the bounds pass left them in
+/// r.pos) and, with a kick-drift, its velocities, both kicked and drifted; the drifted
+/// positions' bounds go into `drifted`.
+void load_run(ParticleStore& s, const StoreSortConfig& c, std::int64_t b, std::int64_t n, bool pos_loaded,
+              RunBuffers& r, AxisBounds& drifted) {
+  if (!pos_loaded) s.read("pos", b, n, r.pos.data());
+  if (!c.kick_drift) return;
+  const double h = c.kick_drift->h, dt = c.kick_drift->dt;
+  s.read("vel", b, n, r.vel.data());
+  for (int comp = 0; comp < 3; ++comp) {
+    s.read_column("acc", comp, b, n, r.acc.data());
+    for (std::int64_t k = 0; k < n; ++k) {  // paged_kick_drift's loop, one component at a time
+      r.vel[3 * k + comp] += h * r.acc[k];
+      r.pos[3 * k + comp] += dt * r.vel[3 * k + comp];
+    }
+  }
+  for (std::int64_t k = 0; k < n; ++k) drifted.add(&r.pos[3 * k]);
+}
+
+/// Sort the loaded run [b, b + n) by (key, index) and write every carried field, key and
+/// index permuted to the fields named by `to` (the twins, or the fields themselves for one
+/// run). Positions (and kicked velocities) come from the run's buffers, the rest is read.
 void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, std::int64_t b, std::int64_t n,
-              bool to_twin, bool pos_loaded, std::vector<double>& pos, std::vector<std::int64_t>& local,
-              std::vector<std::int64_t>& in, std::vector<std::int64_t>& out) {
-  if (!pos_loaded) s.read("pos", b, n, pos.data());
-  std::vector<std::uint64_t> keys = curve_keys({pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
+              bool to_twin, RunBuffers& r) {
+  std::vector<std::uint64_t> keys = curve_keys({r.pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
+  std::vector<std::int64_t>& local = r.local;
+  std::vector<std::int64_t>& in = r.in;
+  std::vector<std::int64_t>& out = r.out;
   s.read_column("index", 0, b, n, in.data());
   // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
   // caller (index) order, which the store order need not be after a drift
@@ -81,16 +112,19 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   s.write_column(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   s.write_column(name("index"), 0, b, n, out.data());
-  for (const std::string& f : c.carried)
+  for (const std::string& f : c.carried) {
+    // positions, and velocities a kick-drift changed, are in memory: permute them from there
+    const std::vector<double>* held = f == "pos" ? &r.pos : f == "vel" && c.kick_drift ? &r.vel : nullptr;
     for (int comp = 0; comp < s.field(f).components; ++comp) {
-      if (f == "pos") {  // the positions are in memory already: permute them from there
-        for (std::int64_t k = 0; k < n; ++k) std::memcpy(&out[k], &pos[3 * local[k] + comp], sizeof(double));
+      if (held != nullptr) {
+        for (std::int64_t k = 0; k < n; ++k) std::memcpy(&out[k], &(*held)[3 * local[k] + comp], sizeof(double));
       } else {
         s.read_column(f, comp, b, n, in.data());
         for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
       }
       s.write_column(name(f), comp, b, n, out.data());
     }
+  }
 }
 
 /// One run's head in the merge: a buffer of its next keys and indices.
@@ -163,6 +197,10 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
 
 }  // namespace
 
+std::uint64_t sort_run_bytes_per_particle(bool kick_drift) {
+  return kick_drift ? kKickDriftRunBytesPerParticle : kRunBytesPerParticle;
+}
+
 std::uint64_t least_sort_buffer(std::int64_t n) {
   const std::int64_t run = (n + kMaxRuns - 1) / kMaxRuns;
   // at least runs of 1024 particles: shorter ones cost more in calls than they save
@@ -178,31 +216,46 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
                           " particles in more than " + std::to_string(kMaxRuns) + " runs; the least buffer is " +
                           format_bytes(least),
                       c.buffer_bytes, least);
-  std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(c.buffer_bytes / kRunBytesPerParticle));
+  const bool kick_drift = c.kick_drift.has_value();
+  const std::uint64_t run_bytes = sort_run_bytes_per_particle(kick_drift);
+  std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(c.buffer_bytes / run_bytes));
   // runs start on page boundaries, so the merge reads each page of a run once
   if (run < n && run > s.particles_per_page()) run -= run % s.particles_per_page();
   const std::int64_t k_runs = (n + run - 1) / run;
+  // a kick-drift's longer records would need too many runs: the caller's plain pass does it
+  if (kick_drift && k_runs > kMaxRuns) return st;
   check_fields(s, c, k_runs > 1);
   const Reservation buffers = s.budget().reserve(c.buffer_bytes, "the sort buffer");
   st.runs = k_runs, st.run_particles = run;
 
   auto t0 = Clock::now();
-  std::vector<double> pos(static_cast<std::size_t>(3 * run));
-  st.frame = store_bounds(s, run, pos, c.threads);
+  RunBuffers r;
+  r.pos.resize(static_cast<std::size_t>(3 * run));
+  r.in.resize(static_cast<std::size_t>(run)), r.out.resize(static_cast<std::size_t>(run));
+  if (kick_drift) {
+    r.vel.resize(static_cast<std::size_t>(3 * run)), r.acc.resize(static_cast<std::size_t>(run));
+    st.frame = c.kick_drift->bounds.cube();  // one run: replaced by the run's own below
+  } else {
+    st.frame = store_bounds(s, run, r.pos);  // one run: leaves every position in r.pos
+  }
   st.seconds_bounds = seconds_since(t0);
 
   t0 = Clock::now();
-  {
-    std::vector<std::int64_t> local, in(static_cast<std::size_t>(run)), out(static_cast<std::size_t>(run));
-    // one run: the bounds pass left every position in `pos`
-    for (std::int64_t b = 0; b < n; b += run)
-      sort_run(s, c, st.frame, b, std::min(run, n - b), k_runs > 1, k_runs == 1, pos, local, in, out);
+  AxisBounds drifted;
+  for (std::int64_t b = 0; b < n; b += run) {
+    const std::int64_t m = std::min(run, n - b);
+    load_run(s, c, b, m, k_runs == 1 && !kick_drift, r, drifted);
+    if (kick_drift && k_runs == 1) st.frame = drifted.cube();  // every position is in memory
+    sort_run(s, c, st.frame, b, m, k_runs > 1, r);
   }
-  // release the run's positions before the merge (assigning {} would keep the capacity:
+  // release the run's buffers before the merge (assigning {} would keep the capacity:
   // 24 bytes a particle of a run, outside the budget, which is how the 1e8 demonstration's
   // peak RSS came to exceed its budget by ~1 GB)
-  std::vector<double>().swap(pos);
+  r = RunBuffers();
   st.seconds_runs = seconds_since(t0);
+  // the runs went to the twins only: a missed prediction leaves the fields as they were
+  if (kick_drift && !same_frame(drifted.cube(), st.frame)) return st;
+  st.kick_drift_applied = kick_drift;
   if (k_runs == 1) return st;
 
   t0 = Clock::now();

@@ -257,12 +257,13 @@ void PagedTree::set_prefetch_runs(int runs) {
   prefetch_runs_ = runs;
 }
 
-void PagedTree::self_forces(const std::string& acc_field, const std::string& pot_field) {
+void PagedTree::self_forces(const std::string& acc_field, const std::string& pot_field,
+                            const RunResultsHook& hook) {
   const auto t_start = Clock::now();
   // no column read-ahead: the walk's leaves jump about the curve; the prefetch loads the
   // pages of each thread's next runs instead
   const PagedParticles particles(store_, "pos", "mass", threads_, false);
-  StoreResults results(store_, threads_, acc_field, pot_field);
+  StoreResults results(store_, threads_, acc_field, pot_field, hook);
   std::unique_ptr<WalkPrefetch> prefetch;
   if (prefetch_runs_ > 0) {
     prefetch = std::make_unique<WalkPrefetch>(store_, *cells_, groups_,

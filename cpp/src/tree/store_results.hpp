@@ -8,6 +8,8 @@
 // The evaluation writes every particle's result exactly once, so the fields' old values are
 // dead from the start: they are discarded (ParticleStore::discard), and a run's write into a
 // page fills a zeroed frame instead of reading the page's stale results from the file first.
+// A caller's hook (RunResultsHook) sees each run's results while they are still in memory:
+// the out-of-core leapfrog kicks those particles there (PagedClosingKick).
 #pragma once
 #include <omp.h>
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_tree.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
 #include "walk_prefetch.hpp"
@@ -26,10 +29,13 @@ namespace gravpipe {
 class StoreResults {
  public:
   /// `acc_field` empty: the accelerations are not written.
-  StoreResults(ParticleStore& store, int threads, std::string acc_field = "acc", std::string pot_field = "pot")
+  /// `hook` (may be empty) is called with each run's results after they are written.
+  StoreResults(ParticleStore& store, int threads, std::string acc_field = "acc", std::string pot_field = "pot",
+               RunResultsHook hook = {})
       : store_(store),
         acc_field_(std::move(acc_field)),
         pot_field_(std::move(pot_field)),
+        hook_(std::move(hook)),
         buffers_(static_cast<std::size_t>(threads)) {
     if (!acc_field_.empty()) store_.discard(acc_field_);
     store_.discard(pot_field_);
@@ -55,6 +61,7 @@ class StoreResults {
     const std::int64_t n = run.i_end - run.i_begin;
     if (!acc_field_.empty()) store_.write(acc_field_, run.i_begin, n, b.acc.data());
     store_.write(pot_field_, run.i_begin, n, b.pot.data());
+    if (hook_) hook_(run.i_begin, n, b.acc.data(), b.pot.data());
   }
   bool wants_cost() const { return false; }
   void put_cost(std::int64_t, std::int64_t) const {}
@@ -71,6 +78,7 @@ class StoreResults {
   }
   ParticleStore& store_;
   const std::string acc_field_, pot_field_;
+  const RunResultsHook hook_;
   WalkPrefetch* prefetch_ = nullptr;  // optional, not owned
   mutable std::vector<Buffer> buffers_;
 };
