@@ -255,13 +255,6 @@ void bind_store(nb::module_& m) {
           paged_kick_drift(s, h, dt, block);
         },
         nb::arg("store"), nb::arg("h"), nb::arg("dt"), nb::arg("block"), "vel += h acc; pos += dt vel on the pages.");
-  m.def("store_kick",
-        [](StoreBox& b, double h, std::int64_t block, double t) {
-          ParticleStore& s = b.get();
-          nb::gil_scoped_release release;
-          paged_kick(s, h, block, t);
-        },
-        nb::arg("store"), nb::arg("h"), nb::arg("block"), nb::arg("t"), "vel += h acc on the pages (forces checked).");
   m.def("store_check_forces",
         [](StoreBox& b, std::int64_t block, double t) {
           ParticleStore& s = b.get();

@@ -129,6 +129,12 @@ class BudgetPlan:
     cache: int
 
 
+def block_allowance(threads: int) -> int:
+    """Bytes of the fixed allowances: the separate kick and drift passes' blocks and the
+    threads' copied particle blocks."""
+    return 72 * KICK_BLOCK + threads * COPY_ALLOWANCE
+
+
 def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int = 256,
                 cache_bytes: int | None = None, read_ahead: int = 4) -> BudgetPlan:
     """The particles' cache and the sort buffer a budget leaves for ``n`` particles (see the
@@ -140,7 +146,7 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     groups = math.ceil(GROUPS_PER_PARTICLE_AT_256 * 256 / n_crit * n) + 1
     tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
-    blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE  # kick/drift blocks, copied particle blocks
+    blocks = block_allowance(threads)
     least_sort = int(_core.least_sort_buffer(n))
     least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort + 2 * n) + blocks
     least = least_store + least_headroom

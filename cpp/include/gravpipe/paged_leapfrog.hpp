@@ -25,18 +25,15 @@ namespace gravpipe {
 /// vel += h acc, then pos += dt vel, for every particle ("vel", "acc", "pos").
 void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block);
 
-/// vel += h acc for every particle. First checks that "acc" and "pot" are finite, as the
-/// in-core leapfrog does after its forces: IntegrationError naming the particle (its
-/// "index", the caller's order) and the time t otherwise.
-void paged_kick(ParticleStore& s, double h, std::int64_t block, double t);
-
-/// The closing kick vel += h acc of a step, run by run as the tree walk hands over its results
-/// (the arithmetic of paged_kick), with paged_kick's check that every force is finite; and,
+/// The closing kick vel += h acc of a step (LeapfrogIntegrator::step's last loop), run by run
+/// as the tree walk hands over its results, first checking that every force is finite, as
+/// the in-core leapfrog does after its forces; and,
 /// when next_dt > 0, the bounds of the positions the next kick-drift (next_h, next_dt) will
 /// give: pos + next_dt (vel + next_h acc), the same operations in the same order.
 /// Call operator() from at most `threads` OpenMP threads at once (omp_get_thread_num() picks
 /// a thread's buffers). A run with a non-finite force is left unkicked and remembered:
-/// throw_if_bad() then raises paged_kick's IntegrationError for the first such particle.
+/// throw_if_bad() then raises IntegrationError naming the first such particle (its "index",
+/// the caller's order) and the time t.
 class PagedClosingKick {
  public:
   PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h = 0, double next_dt = 0);
@@ -46,7 +43,7 @@ class PagedClosingKick {
 
   /// The store position of the first particle whose force is not finite (-1: none).
   std::int64_t first_bad() const { return first_bad_; }
-  /// IntegrationError naming that particle (its "index") and t, if there is one.
+  /// IntegrationError naming that particle and t, if there is one.
   void throw_if_bad() const;
   /// Bounds of the next kick-drift's positions, over every run handed over (next_dt > 0).
   AxisBounds next_bounds() const;
@@ -63,7 +60,7 @@ class PagedClosingKick {
   std::int64_t first_bad_ = -1;
 };
 
-/// The IntegrationError check of paged_kick alone (after the first forces of a run).
+/// The closing kick's IntegrationError check alone, block by block (after the first forces of a run).
 void check_paged_forces(ParticleStore& s, std::int64_t block, double t);
 
 }  // namespace gravpipe

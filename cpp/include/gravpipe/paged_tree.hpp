@@ -48,7 +48,8 @@ class PagedTree {
                    const RunResultsHook& hook = {});
 
   /// Runs of groups whose pages self_forces loads ahead of each compute thread (the walk's
-  /// prefetch, walk_prefetch.hpp); 0 turns it off. Changes I/O only, never a result bit.
+  /// prefetch, walk_prefetch.hpp); 0 turns it off, and so does a particle cache that holds
+  /// every page the walk touches. Changes I/O only, never a result bit.
   void set_prefetch_runs(int runs);
   /// OpenMP threads of the walk (what a RunResultsHook must serve at once).
   int threads() const { return threads_; }

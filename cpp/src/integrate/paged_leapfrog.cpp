@@ -65,21 +65,6 @@ void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block)
   }
 }
 
-void paged_kick(ParticleStore& s, double h, std::int64_t block, double t) {
-  block = checked_block(s, block);
-  const Reservation charge = s.budget().reserve(static_cast<std::uint64_t>(block) * 56, "the leapfrog's blocks");
-  std::vector<double> vel(3 * block), acc(3 * block), pot(block);
-  for (std::int64_t b = 0; b < s.size(); b += block) {
-    const std::int64_t n = std::min(block, s.size() - b), m = 3 * n;
-    s.read("acc", b, n, acc.data());
-    s.read("pot", b, n, pot.data());
-    check_finite(s, b, n, acc, pot, t);
-    s.read("vel", b, n, vel.data());
-    for (std::int64_t k = 0; k < m; ++k) vel[k] += h * acc[k];  // LeapfrogIntegrator::step's last loop
-    s.write("vel", b, n, vel.data());
-  }
-}
-
 PagedClosingKick::PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h,
                                    double next_dt)
     : s_(s), h_(h), t_(t), next_h_(next_h), next_dt_(next_dt), buffers_(static_cast<std::size_t>(std::max(threads, 1))) {}

@@ -45,14 +45,12 @@ def _budget_for_cache(n: int, cache: int, page: int, threads: int, n_leaf: int =
     tree in its own cache (the swap figure varies the particles' cache alone): the store's
     tables, the cache and the larger of the tree's and the sort's needs."""
     from gravpipe import _core
-    from gravpipe.ooc import (CELLS_PER_PARTICLE_AT_16, COPY_ALLOWANCE, KICK_BLOCK, _tables, plan_budget,
-                              tree_keep_free)
+    from gravpipe.ooc import CELLS_PER_PARTICLE_AT_16, _tables, block_allowance, plan_budget, tree_keep_free
     plan = plan_budget(n, 1 << 50, page, threads, n_leaf)
     nodes = int(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     cells = (128 + 72) * nodes + plan.tree_least + tree_keep_free(n, threads)
     sort = int(_core.least_sort_buffer(n)) + 2 * n
-    blocks = 72 * KICK_BLOCK + threads * COPY_ALLOWANCE
-    return _tables(n, page) + max(cache, plan.tables_and_least_frames) + max(cells, sort) + blocks
+    return _tables(n, page) + max(cache, plan.tables_and_least_frames) + max(cells, sort) + block_allowance(threads)
 
 
 def _model(name: str, n: int, seed: int):
