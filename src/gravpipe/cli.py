@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the whole memory budget (caches, cells, sort) as a fraction of the particle data "
                          "(ratio; default 1/10)")
     bo.add_argument("--model", choices=["plummer", "cube"], default="plummer")
+    bo.add_argument("--repeat", type=_positive_int, default=1,
+                    help="ratio: best of this many (in-core and out-of-core steps alternating; default 1)")
     bo.add_argument("--file", help="IC snapshot (demo)")
     bo.add_argument("--memory-budget", default="4GiB", help="budget of the demo (default 4GiB)")
     bo.add_argument("--n-leaf", type=_positive_int, default=16, help="leaf size of the demo's tree (default 16)")
@@ -500,7 +502,7 @@ def _bench_ooc(args: argparse.Namespace) -> int:
         for n in args.n:
             page = {"page": args.pages[0]} if args.pages else {}
             r = bo.ratio(n, args.scratch, budget_fraction=args.budget_fraction, model=args.model, threads=args.threads,
-                         progress=lambda m: print(m, flush=True), **page)
+                         repeat=args.repeat, progress=lambda m: print(m, flush=True), **page)
             doc["ratio"].append(r)
             st = r["stages"]
             print(f"N = {n}, second step: in core {r['seconds_in_core']:.2f} s, out of core "
