@@ -88,8 +88,13 @@ bool PageCache::resident(std::int64_t page) const {
 
 int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const Clock::time_point t0 = Clock::now();
+  // the clock starts when the pin first waits or loads: a hit (most pins) reads no clock
+  Clock::time_point t0{};
   bool waited = false;
+  const auto start_stall = [&] {
+    if (!waited) t0 = Clock::now();
+    waited = true;
+  };
   for (;;) {
     const auto it = table_.find(page);
     if (it != table_.end()) {
@@ -97,7 +102,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
       const int f = it->second;
       Frame& fr = frames_[static_cast<std::size_t>(f)];
       if (fr.state == State::Busy || fr.page != page) {  // being loaded, or its frame being written back
-        waited = true;
+        start_stall();
         changed_.wait(lock);
         continue;
       }
@@ -124,6 +129,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
                        : prefetched_unused_ >= max_prefetched_()  ? -1
                                                                   : policy_->cold_victim(evictable);
     if (victim >= 0) {
+      if (!prefetch) start_stall();
       const int f = load_into(victim, page, access, prefetch, lock);
       if (!prefetch) {
         ++counters_.misses;
@@ -132,7 +138,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
       return f;
     }
     if (prefetch) return -1;  // every frame in use: read-ahead never waits
-    waited = true;
+    start_stall();
     changed_.wait(lock);
   }
 }
