@@ -884,7 +884,7 @@ def _report_out_of_core(sim) -> None:
 
     s, t = sim.provider.stats, sim._steps_total
     print(f"  out of core, stages summed over the steps: kick-drift {t.kick_drift:.2f} s, sort {t.sort:.2f} s, build {t.build:.2f} s, "
-          f"moments {t.moments:.2f} s, walk+forces {t.walk_forces:.2f} s, kick {t.kick:.2f} s; "
+          f"moments {t.moments:.2f} s, walk+forces+kick {t.walk_forces:.2f} s; "
           f"store read {format_bytes(int(s['bytes_read']))}, written {format_bytes(int(s['bytes_written']))}, "
           f"{s['misses']:,} misses, {float(s['stall_seconds']):.2f} s stalled")
 

@@ -98,8 +98,7 @@ class StepTimes:
     sort: float = 0.0
     build: float = 0.0
     moments: float = 0.0
-    walk_forces: float = 0.0
-    kick: float = 0.0
+    walk_forces: float = 0.0    # the tree walk, the forces and the closing kick riding on it
     bytes_read: int = 0         # particle and cell pages together
     bytes_written: int = 0
     cell_bytes_read: int = 0    # ... of which the tree's cell pages
@@ -107,13 +106,12 @@ class StepTimes:
     cell_cache_bytes: int = 0   # the tree's cell cache (frames)
     cells: int = 0
     sort_detail: dict = field(default_factory=dict)
-    #: the kick-drift ran inside the sort (its seconds in ``sort``, ``kick_drift`` 0); the
-    #: closing kick always runs inside the walk (its seconds in ``walk_forces``, ``kick`` 0)
+    #: the kick-drift ran inside the sort (its seconds in ``sort``, ``kick_drift`` 0)
     kick_drift_in_sort: bool = False
 
     @property
     def total(self) -> float:
-        return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces + self.kick
+        return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def swap(n: int, scratch: str, page_sizes: list[int], fractions: list[float], *,
 
 def _stages(st) -> dict:
     return {"kick_drift": st.kick_drift, "sort": st.sort, "build": st.build, "moments": st.moments,
-            "walk_forces": st.walk_forces, "kick": st.kick}
+            "walk_forces": st.walk_forces}
 
 
 def in_core_steps(p, eps: float, dt: float, threads: int, steps: int = 2) -> tuple[list[float], np.ndarray, np.ndarray]:
