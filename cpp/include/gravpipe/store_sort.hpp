@@ -52,6 +52,9 @@ struct StoreSortConfig {
   int threads = 1;
   /// Kick and drift as the runs are read ("pos" and "vel" must be carried).
   std::optional<SortKickDrift> kick_drift;
+  /// With several runs, read the next run (and kick-drift it) on a loader thread while this
+  /// one is sorted and written: a second buffer, so shorter runs. Never changes a bit.
+  bool overlap_reads = true;
 };
 
 struct StoreSortStats {
@@ -65,8 +68,10 @@ struct StoreSortStats {
 };
 
 /// Bytes of the sort buffer a particle of a run takes (with a kick-drift: more, its
-/// velocities and a column of accelerations held too): one run needs n times this.
-std::uint64_t sort_run_bytes_per_particle(bool kick_drift);
+/// velocities and a column of accelerations held too; with overlapped reads, which only
+/// several runs use, a second buffer of what is read): one run needs n times
+/// sort_run_bytes_per_particle(kick_drift, false).
+std::uint64_t sort_run_bytes_per_particle(bool kick_drift, bool overlap_reads = false);
 
 /// The least sort buffer (bytes) that sorts n particles in at most 65535 runs.
 std::uint64_t least_sort_buffer(std::int64_t n);

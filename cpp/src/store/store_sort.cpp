@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <numeric>
 #include <queue>
 #include <tuple>
@@ -22,6 +24,9 @@ namespace {
 constexpr std::uint64_t kRunBytesPerParticle = 72;
 // a kick-drift holds the run's velocities (24) and one column of accelerations (8) besides
 constexpr std::uint64_t kKickDriftRunBytesPerParticle = kRunBytesPerParticle + 32;
+// overlapped reads hold a second LoadedRun: positions (24), and with a kick-drift velocities
+// and a column of accelerations (32)
+constexpr std::uint64_t kSecondLoadBytes = 24, kSecondLoadKickDriftBytes = 24 + 32;
 constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
 constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
 
@@ -60,17 +65,29 @@ CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>&
   return bounds.cube();
 }
 
-/// One run's buffers (run particles each; vel and acc only for a kick-drift).
-struct RunBuffers {
-  std::vector<double> pos, vel, acc;
+/// What load_run reads of one run (run particles each; vel and acc only for a kick-drift):
+/// with overlapped reads, the next run's is filled by a loader thread meanwhile.
+struct LoadedRun {
+  std::int64_t b = 0, n = 0;           // particles [b, b + n)
+  std::vector<double> pos, vel, acc;   // acc: one component at a time
+  AxisBounds drifted;                  // of every run this buffer has held
+
+  void size_for(std::int64_t run, bool kick_drift) {
+    pos.resize(static_cast<std::size_t>(3 * run));
+    if (kick_drift) vel.resize(static_cast<std::size_t>(3 * run)), acc.resize(static_cast<std::size_t>(run));
+  }
+};
+
+/// The sort's own scratch for one run.
+struct RunScratch {
   std::vector<std::int64_t> local, in, out;
 };
 
-/// Read run [b, b + n)'s positions (unless `pos_loaded`: the bounds pass left them in
+/// Read run [r.b, r.b + r.n)'s positions (unless `pos_loaded`: the bounds pass left them in
 /// r.pos) and, with a kick-drift, its velocities, both kicked and drifted; the drifted
-/// positions' bounds go into `drifted`.
-void load_run(ParticleStore& s, const StoreSortConfig& c, std::int64_t b, std::int64_t n, bool pos_loaded,
-              RunBuffers& r, AxisBounds& drifted) {
+/// positions' bounds go into r.drifted.
+void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, LoadedRun& r) {
+  const std::int64_t b = r.b, n = r.n;
   if (!pos_loaded) s.read("pos", b, n, r.pos.data());
   if (!c.kick_drift) return;
   const double h = c.kick_drift->h, dt = c.kick_drift->dt;
@@ -82,18 +99,19 @@ void load_run(ParticleStore& s, const StoreSortConfig& c, std::int64_t b, std::i
       r.pos[3 * k + comp] += dt * r.vel[3 * k + comp];
     }
   }
-  for (std::int64_t k = 0; k < n; ++k) drifted.add(&r.pos[3 * k]);
+  for (std::int64_t k = 0; k < n; ++k) r.drifted.add(&r.pos[3 * k]);
 }
 
 /// Sort the loaded run [b, b + n) by (key, index) and write every carried field, key and
 /// index permuted to the fields named by `to` (the twins, or the fields themselves for one
 /// run). Positions (and kicked velocities) come from the run's buffers, the rest is read.
-void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, std::int64_t b, std::int64_t n,
-              bool to_twin, RunBuffers& r) {
+void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, bool to_twin, const LoadedRun& r,
+              RunScratch& w) {
+  const std::int64_t b = r.b, n = r.n;
   std::vector<std::uint64_t> keys = curve_keys({r.pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
-  std::vector<std::int64_t>& local = r.local;
-  std::vector<std::int64_t>& in = r.in;
-  std::vector<std::int64_t>& out = r.out;
+  std::vector<std::int64_t>& local = w.local;
+  std::vector<std::int64_t>& in = w.in;
+  std::vector<std::int64_t>& out = w.out;
   s.read_column("index", 0, b, n, in.data());
   // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
   // caller (index) order, which the store order need not be after a drift
@@ -195,10 +213,20 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
     }
 }
 
+/// Particles of a run that fits `buffer` at `bytes` a particle: all n, or runs that start on
+/// page boundaries, so that the merge reads each page of a run once.
+std::int64_t run_length(const ParticleStore& s, std::uint64_t buffer, std::uint64_t bytes) {
+  const std::int64_t n = s.size();
+  std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(buffer / bytes));
+  if (run < n && run > s.particles_per_page()) run -= run % s.particles_per_page();
+  return std::max<std::int64_t>(run, 1);
+}
+
 }  // namespace
 
-std::uint64_t sort_run_bytes_per_particle(bool kick_drift) {
-  return kick_drift ? kKickDriftRunBytesPerParticle : kRunBytesPerParticle;
+std::uint64_t sort_run_bytes_per_particle(bool kick_drift, bool overlap_reads) {
+  const std::uint64_t second = kick_drift ? kSecondLoadKickDriftBytes : kSecondLoadBytes;
+  return (kick_drift ? kKickDriftRunBytesPerParticle : kRunBytesPerParticle) + (overlap_reads ? second : 0);
 }
 
 std::uint64_t least_sort_buffer(std::int64_t n) {
@@ -217,10 +245,14 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
                           format_bytes(least),
                       c.buffer_bytes, least);
   const bool kick_drift = c.kick_drift.has_value();
-  const std::uint64_t run_bytes = sort_run_bytes_per_particle(kick_drift);
-  std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(c.buffer_bytes / run_bytes));
-  // runs start on page boundaries, so the merge reads each page of a run once
-  if (run < n && run > s.particles_per_page()) run -= run % s.particles_per_page();
+  std::int64_t run = run_length(s, c.buffer_bytes, sort_run_bytes_per_particle(kick_drift, false));
+  // overlapped reads (a second buffer: shorter runs) when there are several runs, unless
+  // the shorter runs would be too many
+  bool overlap = false;
+  if (run < n && c.overlap_reads) {
+    const std::int64_t shorter = run_length(s, c.buffer_bytes, sort_run_bytes_per_particle(kick_drift, true));
+    if ((n + shorter - 1) / shorter <= kMaxRuns) run = shorter, overlap = true;
+  }
   const std::int64_t k_runs = (n + run - 1) / run;
   // a kick-drift's longer records would need too many runs: the caller's plain pass does it
   if (kick_drift && k_runs > kMaxRuns) return st;
@@ -229,29 +261,45 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   st.runs = k_runs, st.run_particles = run;
 
   auto t0 = Clock::now();
-  RunBuffers r;
-  r.pos.resize(static_cast<std::size_t>(3 * run));
-  r.in.resize(static_cast<std::size_t>(run)), r.out.resize(static_cast<std::size_t>(run));
-  if (kick_drift) {
-    r.vel.resize(static_cast<std::size_t>(3 * run)), r.acc.resize(static_cast<std::size_t>(run));
+  LoadedRun loaded[2];
+  loaded[0].size_for(run, kick_drift);
+  if (overlap) loaded[1].size_for(run, kick_drift);
+  RunScratch w;
+  w.in.resize(static_cast<std::size_t>(run)), w.out.resize(static_cast<std::size_t>(run));
+  if (kick_drift)
     st.frame = c.kick_drift->bounds.cube();  // one run: replaced by the run's own below
-  } else {
-    st.frame = store_bounds(s, run, r.pos);  // one run: leaves every position in r.pos
-  }
+  else
+    st.frame = store_bounds(s, run, loaded[0].pos);  // one run: leaves every position there
   st.seconds_bounds = seconds_since(t0);
 
   t0 = Clock::now();
-  AxisBounds drifted;
-  for (std::int64_t b = 0; b < n; b += run) {
-    const std::int64_t m = std::min(run, n - b);
-    load_run(s, c, b, m, k_runs == 1 && !kick_drift, r, drifted);
-    if (kick_drift && k_runs == 1) st.frame = drifted.cube();  // every position is in memory
-    sort_run(s, c, st.frame, b, m, k_runs > 1, r);
+  const auto load = [&](std::int64_t k, LoadedRun& r) {
+    r.b = k * run, r.n = std::min(run, n - r.b);
+    load_run(s, c, k_runs == 1 && !kick_drift, r);
+  };
+  if (!overlap) {
+    for (std::int64_t k = 0; k < k_runs; ++k) {
+      load(k, loaded[0]);
+      if (kick_drift && k_runs == 1) st.frame = loaded[0].drifted.cube();  // every position is in memory
+      sort_run(s, c, st.frame, k_runs > 1, loaded[0], w);
+    }
+  } else {
+    // the next run's reads (and kick-drift) on a loader thread while this one is sorted and
+    // written: the same bytes in the same buffers, so the same bits
+    std::future<void> loading = std::async(std::launch::async, load, 0, std::ref(loaded[0]));
+    for (std::int64_t k = 0; k < k_runs; ++k) {
+      loading.get();  // rethrows the loader's error
+      if (k + 1 < k_runs) loading = std::async(std::launch::async, load, k + 1, std::ref(loaded[(k + 1) % 2]));
+      sort_run(s, c, st.frame, true, loaded[k % 2], w);
+    }
   }
-  // release the run's buffers before the merge (assigning {} would keep the capacity:
-  // 24 bytes a particle of a run, outside the budget, which is how the 1e8 demonstration's
-  // peak RSS came to exceed its budget by ~1 GB)
-  r = RunBuffers();
+  AxisBounds drifted = loaded[0].drifted;
+  drifted.add(loaded[1].drifted);
+  // release the run's buffers before the merge: moving empty vectors in frees them
+  // (assigning {} would keep the capacity: 24 bytes a particle of a run, outside the budget,
+  // which is how the 1e8 demonstration's peak RSS came to exceed its budget by ~1 GB)
+  loaded[0] = LoadedRun(), loaded[1] = LoadedRun();
+  w = RunScratch();
   st.seconds_runs = seconds_since(t0);
   // the runs went to the twins only: a missed prediction leaves the fields as they were
   if (kick_drift && !same_frame(drifted.cube(), st.frame)) return st;
