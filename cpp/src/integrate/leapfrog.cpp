@@ -1,4 +1,5 @@
 #include "gravpipe/leapfrog.hpp"
+#include "gravpipe/leapfrog_element.hpp"
 
 #include <cmath>
 #include <string>
@@ -78,13 +79,13 @@ void LeapfrogIntegrator::step(double dt) {
   const double h = 0.5 * dt;
 #pragma omp parallel for schedule(static) if (m >= kMinParallel)
   for (std::int64_t k = 0; k < m; ++k) {
-    s_.vel[k] += h * acc_[k];
-    s_.pos[k] += dt * s_.vel[k];
+    s_.vel[k] = kicked(s_.vel[k], acc_[k], h);
+    s_.pos[k] = drifted(s_.pos[k], s_.vel[k], dt);
   }
   compute_forces();
   check_forces(time() + dt);  // the end of this step (steps_ counts it only below)
 #pragma omp parallel for schedule(static) if (m >= kMinParallel)
-  for (std::int64_t k = 0; k < m; ++k) s_.vel[k] += h * acc_[k];
+  for (std::int64_t k = 0; k < m; ++k) s_.vel[k] = kicked(s_.vel[k], acc_[k], h);
   counters_.steps += 1;
   counters_.particle_steps += s_.size();
 }

@@ -10,6 +10,7 @@
 
 #include "gravpipe/error.hpp"
 #include "gravpipe/format_number.hpp"
+#include "gravpipe/leapfrog_element.hpp"
 #include "gravpipe/memory_budget.hpp"
 
 namespace gravpipe {
@@ -57,8 +58,8 @@ void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block)
     s.read("acc", b, n, acc.data());
     s.read("pos", b, n, pos.data());
     for (std::int64_t k = 0; k < m; ++k) {  // LeapfrogIntegrator::step's first loop
-      vel[k] += h * acc[k];
-      pos[k] += dt * vel[k];
+      vel[k] = kicked(vel[k], acc[k], h);
+      pos[k] = drifted(pos[k], vel[k], dt);
     }
     s.write("vel", b, n, vel.data());
     s.write("pos", b, n, pos.data());
@@ -81,15 +82,13 @@ void PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const doub
   const std::int64_t m = 3 * n;
   b.vel.resize(static_cast<std::size_t>(m));
   s_.read("vel", begin, n, b.vel.data());
-  for (std::int64_t k = 0; k < m; ++k) b.vel[k] += h_ * acc[k];  // LeapfrogIntegrator::step's last loop
+  for (std::int64_t k = 0; k < m; ++k) b.vel[k] = kicked(b.vel[k], acc[k], h_);  // LeapfrogIntegrator::step's last loop
   s_.write("vel", begin, n, b.vel.data());
   if (!(next_dt_ > 0)) return;
   b.pos.resize(static_cast<std::size_t>(m));
   s_.read("pos", begin, n, b.pos.data());
-  for (std::int64_t k = 0; k < m; ++k) {  // paged_kick_drift's loop, kept in registers
-    const double v = b.vel[k] + next_h_ * acc[k];
-    b.pos[k] += next_dt_ * v;
-  }
+  for (std::int64_t k = 0; k < m; ++k)  // paged_kick_drift's loop, the velocity kept in a register
+    b.pos[k] = drifted(b.pos[k], kicked(b.vel[k], acc[k], next_h_), next_dt_);
   for (std::int64_t k = 0; k < n; ++k) b.bounds.add(&b.pos[3 * k]);
 }
 

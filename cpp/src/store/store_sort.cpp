@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/leapfrog_element.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/stopwatch.hpp"
 
@@ -95,8 +96,8 @@ void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, Loade
   for (int comp = 0; comp < 3; ++comp) {
     s.read_column("acc", comp, b, n, r.acc.data());
     for (std::int64_t k = 0; k < n; ++k) {  // paged_kick_drift's loop, one component at a time
-      r.vel[3 * k + comp] += h * r.acc[k];
-      r.pos[3 * k + comp] += dt * r.vel[3 * k + comp];
+      r.vel[3 * k + comp] = kicked(r.vel[3 * k + comp], r.acc[k], h);
+      r.pos[3 * k + comp] = drifted(r.pos[3 * k + comp], r.vel[3 * k + comp], dt);
     }
   }
   for (std::int64_t k = 0; k < n; ++k) r.drifted.add(&r.pos[3 * k]);
