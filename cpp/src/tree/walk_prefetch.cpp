@@ -87,12 +87,15 @@ std::int64_t WalkPrefetch::failures() const {
 }
 
 void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                             std::vector<std::int32_t>& stack) const {
+                             std::vector<std::int32_t>& stack, std::vector<std::uint8_t>& marked) const {
   pages.clear();
   const auto [first, last] = runs_[static_cast<std::size_t>(r)];
   const Span<const Group> members(&groups_[first], last - first);
   const Group run = run_group(members);
-  for (std::int64_t p = run.i_begin / per_page_; p <= (run.i_end - 1) / per_page_; ++p) pages.push_back(p);
+  const auto add = [&](std::int64_t p) {
+    if (!marked[static_cast<std::size_t>(p)]) marked[static_cast<std::size_t>(p)] = 1, pages.push_back(p);
+  };
+  for (std::int64_t p = run.i_begin / per_page_; p <= (run.i_end - 1) / per_page_; ++p) add(p);
   const Acceptor<PagedCellReader> run_acceptor(cells, run, mac_);
   std::vector<Acceptor<PagedCellReader>> member_acceptors;
   member_acceptors.reserve(members.size());
@@ -106,6 +109,13 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
     stack.pop_back();
     double d2 = 0;
     const WalkCell c = cells.walk(k);
+    // a cell whose particles lie on pages already planned can add none: its subtree is
+    // skipped without its MAC tests (the same pages, far fewer cells: most of a run's opened
+    // cells are its near neighbours, on its own few pages)
+    if (c.begin >= 0 && c.end > c.begin) {
+      const std::int64_t a = c.begin / per_page_, b = (c.end - 1) / per_page_;
+      if (b - a <= 1 && marked[static_cast<std::size_t>(a)] && marked[static_cast<std::size_t>(b)]) continue;
+    }
     if (run_acceptor.accepts(k, c, d2)) continue;  // every member accepts what the run does
     bool all_accept = true;
     for (const Acceptor<PagedCellReader>& a : member_acceptors)
@@ -117,13 +127,11 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
     if (c.first_child >= 0) {
       for (std::int32_t q = c.first_child + c.n_children - 1; q >= c.first_child; --q) stack.push_back(q);
     } else if (c.begin >= 0 && c.end > c.begin) {
-      const std::int64_t a = c.begin / per_page_, b = (c.end - 1) / per_page_;
-      if (pages.empty() || pages.back() != a || a != b)  // leaves come in curve order: skip repeats cheaply
-        for (std::int64_t p = a; p <= b; ++p) pages.push_back(p);
+      for (std::int64_t p = c.begin / per_page_; p <= (c.end - 1) / per_page_; ++p) add(p);
     }
   }
+  for (const std::int64_t p : pages) marked[static_cast<std::size_t>(p)] = 0;
   std::sort(pages.begin(), pages.end());
-  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
   // nearest the run's own page first: the run reads its own and its neighbours' first
   const std::int64_t own = run.i_begin / per_page_;
   std::stable_sort(pages.begin(), pages.end(),
@@ -134,6 +142,8 @@ void WalkPrefetch::serve() {
   const PagedCellReader cells = cells_.reader();  // this thread's pins
   std::vector<std::int64_t> pages;
   std::vector<std::int32_t> stack;
+  // one flag per local page: planned for the run in hand (cleared after each footprint)
+  std::vector<std::uint8_t> marked(static_cast<std::size_t>((store_.size() + per_page_ - 1) / per_page_), 0);
   const auto nr = static_cast<std::int64_t>(runs_.size());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -156,7 +166,7 @@ void WalkPrefetch::serve() {
     lock.unlock();
     bool planned = true;
     try {
-      footprint(r, cells, pages, stack);
+      footprint(r, cells, pages, stack, marked);
     } catch (...) {  // a cell page that fails to load: the compute thread's own read reports it
       planned = false;
     }

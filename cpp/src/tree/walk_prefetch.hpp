@@ -68,8 +68,9 @@ class WalkPrefetch {
   void serve();
   /// The local pages (page index within a column) run r reads: its sinks and the leaves
   /// its members open.
+  /// `marked`: a zero flag per local page, left zero.
   void footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                 std::vector<std::int32_t>& stack) const;
+                 std::vector<std::int32_t>& stack, std::vector<std::uint8_t>& marked) const;
 
   ParticleStore& store_;
   const PagedCells& cells_;
