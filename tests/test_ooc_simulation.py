@@ -30,6 +30,9 @@ from gravpipe.errors import MemoryBudgetError
 from gravpipe.ooc import plan_budget
 from gravpipe.ooc_simulation import OutOfCoreSimulation
 
+# budgets here are tiny on purpose, so that pages really move: the walk may thrash
+pytestmark = pytest.mark.filterwarnings("ignore::gravpipe.errors.MemoryBudgetWarning")
+
 PAGE = 4096
 N = 3000
 DT = 1 / 64

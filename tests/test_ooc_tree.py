@@ -17,8 +17,11 @@ import pytest
 
 import gravpipe as gp
 from gravpipe import _core
-from gravpipe.errors import ChecksumError, MemoryBudgetError
-from gravpipe.ooc import OutOfCore, plan_budget
+from gravpipe.errors import ChecksumError, MemoryBudgetError, MemoryBudgetWarning
+from gravpipe.ooc import OutOfCore, plan_budget, walk_least_cache
+
+# budgets here are tiny on purpose, so that pages really move: the walk may thrash
+pytestmark = pytest.mark.filterwarnings("ignore::gravpipe.errors.MemoryBudgetWarning")
 
 PAGE = 4096  # 512 particles a page: a few thousand particles span many pages
 EPS = 1e-2
@@ -309,6 +312,25 @@ def test_budget_too_small_names_the_least_budget(tmp_path):
     with OutOfCore(n, tmp_path, least, page_bytes=PAGE, threads=1):
         pass  # the least budget works
     assert os.listdir(tmp_path) == []
+
+
+def test_budget_that_would_thrash_the_walk_warns_and_names_one_that_does_not():
+    """Just above the least budget the particles' cache holds a few frames: the walk would
+    re-read its pages many times a step, so the plan warns, naming a budget whose cache holds
+    the walk's working set; that budget plans such a cache without a warning."""
+    import warnings
+    n = 200_000  # 391 pages of each column: more than the working set
+    with pytest.warns(MemoryBudgetWarning, match="working set") as w:
+        plan = plan_budget(n, _least(n, 2), PAGE, 2, 16)
+    assert plan.cache < walk_least_cache(n, PAGE, 2)
+    enough = int(str(w[0].message).split("(")[-1].split(" bytes")[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = plan_budget(n, enough, PAGE, 2, 16)
+        assert plan.cache >= walk_least_cache(n, PAGE, 2)
+        plan_budget(n, enough, PAGE, 2, 16, cache_bytes=8 * PAGE)  # a cache asked for: no warning
+    # a store whose columns are fewer pages than the working set needs them all, no more
+    assert walk_least_cache(5000, PAGE, 2) == 4 * 10 * PAGE
 
 
 def test_flipped_bit_in_scratch_raises_checksum_error(tmp_path):

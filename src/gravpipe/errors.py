@@ -54,6 +54,13 @@ class MemoryBudgetError(ValueError):
         self.least_budget = least_budget
 
 
+class MemoryBudgetWarning(UserWarning):
+    """A memory budget that runs but leaves the out-of-core tree walk fewer cache frames than
+    its working set, so that every step re-reads the same pages many times over (a step can
+    take 100x longer than one a little above it). The message names a budget that avoids it.
+    """
+
+
 class StoreError(RuntimeError):
     """The out-of-core store's scratch file failed: an I/O error, the scratch disk full, the
     file size limit, a directory that cannot take the file. Nothing already written to

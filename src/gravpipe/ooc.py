@@ -34,7 +34,10 @@ at n_leaf = 16, themselves paged through a cache of their own: :class:`PagedTree
 the particles' cache gets half of what the least needs leave, and the tree's cell cache what
 is left when the tree is built (the sort's buffer has gone back by then). A budget that cannot
 hold the least of them raises :class:`~gravpipe.errors.MemoryBudgetError` naming the least
-budget.
+budget; one that holds them but leaves the particles' cache less than the walk's working set
+(:func:`walk_least_cache`, ~3 MiB per thread) warns with
+:class:`~gravpipe.errors.MemoryBudgetWarning`, naming a budget that does not
+(:func:`walk_budget`): below it each step re-reads the same pages many times over.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -50,7 +54,7 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
-from gravpipe.errors import MemoryBudgetError
+from gravpipe.errors import MemoryBudgetError, MemoryBudgetWarning
 from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget, parse_byte_size
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
@@ -83,6 +87,20 @@ KICK_BLOCK = 1 << 16
 #: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
 #: page, or come when its share of pinned frames is full): a run's worth, with room to spare
 COPY_ALLOWANCE = 4 << 20
+
+
+#: bytes of x, y, z and m pages the tree walk's working set holds for each compute thread and
+#: the prefetch: below it every step re-reads pages many times over (N = 3e6, 2 threads, 32 KiB
+#: pages: a walk of 6.8 s and 0.64 GiB read with a 16.5 MiB particle cache, 7.5 s and 1.3 GiB
+#: with 9 MiB, 10 s and 3.9 GiB with 4 MiB; with 0.2 MiB, > 500 GiB)
+WALK_CACHE_PER_THREAD = 3 << 20
+
+
+def walk_least_cache(n: int, page_bytes: int, threads: int) -> int:
+    """Bytes of particle cache below which the tree walk thrashes: its working set, or every
+    page of x, y, z and m when they take less."""
+    column_pages = math.ceil(n / (page_bytes // 8))
+    return min(WALK_CACHE_PER_THREAD * (threads + 1), 4 * column_pages * page_bytes)
 
 
 def tree_keep_free(n: int, threads: int) -> int:
@@ -133,31 +151,66 @@ def block_allowance(threads: int) -> int:
     return 72 * KICK_BLOCK + threads * COPY_ALLOWANCE
 
 
-def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int = 256,
-                cache_bytes: int | None = None, read_ahead: int = 4) -> BudgetPlan:
-    """The particles' cache and the sort buffer a budget leaves for ``n`` particles (see the
-    module docstring). MemoryBudgetError naming the least budget when it cannot hold them."""
-    fields = list(OOC_FIELDS.items())
-    least_store = ParticleStore.least_budget(n, page_bytes, extra_fields=dict(fields), read_ahead=read_ahead,
+@dataclass(frozen=True)
+class _LeastBudget:
+    """The parts of the least budget for n particles (bytes)."""
+    least: int           # all of them together
+    store: int           # the page tables and the store's fewest frames
+    tables: int          # ... of which the page tables
+    tree: int            # the tree's fewest cell frames and its groups
+    groups: int          # groups planned
+    sort: int            # the least sort buffer and its run sources
+    blocks: int          # the fixed allowances (kick passes' blocks, copied particle blocks)
+
+
+def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int, read_ahead: int) -> _LeastBudget:
+    least_store = ParticleStore.least_budget(n, page_bytes, extra_fields=dict(OOC_FIELDS), read_ahead=read_ahead,
                                              threads=threads)
-    tables = _tables(n, page_bytes)
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     groups = math.ceil(GROUPS_PER_PARTICLE_AT_256 * 256 / n_crit * n) + 1
     tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
     blocks = block_allowance(threads)
-    least_sort = int(_core.least_sort_buffer(n))
-    least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort + 2 * n) + blocks
-    least = least_store + least_headroom
+    least_sort = int(_core.least_sort_buffer(n)) + 2 * n
+    least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort) + blocks
+    return _LeastBudget(least_store + least_headroom, least_store, _tables(n, page_bytes), tree_least, groups,
+                        least_sort, blocks)
+
+
+def walk_budget(n: int, page_bytes: int | None, threads: int, n_leaf: int, n_crit: int = 256,
+                read_ahead: int = 4) -> int:
+    """The least budget (bytes) whose default split gives the particles' cache the walk's
+    working set (walk_least_cache); ``page_bytes`` None: pages sized from the budget, as
+    OutOfCore sizes them when none is given."""
+    budget = 0
+    for _ in range(8):  # the page size follows the budget; a few rounds settle it
+        page = page_bytes or page_bytes_for_budget(max(budget, 1))
+        lb = _least_budget(n, page, threads, n_leaf, n_crit, read_ahead)
+        want = lb.least + 2 * max(0, walk_least_cache(n, page, threads) - (lb.store - lb.tables))
+        if want <= budget:
+            break
+        budget = want
+    return budget
+
+
+def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int = 256,
+                cache_bytes: int | None = None, read_ahead: int = 4, page_auto: bool = False) -> BudgetPlan:
+    """The particles' cache and the sort buffer a budget leaves for ``n`` particles (see the
+    module docstring). MemoryBudgetError naming the least budget when it cannot hold them;
+    MemoryBudgetWarning naming a budget that avoids it when the default split leaves the
+    walk less cache than its working set (``page_auto``: the page size was sized from the
+    budget, and so would be for the budget named)."""
+    lb = _least_budget(n, page_bytes, threads, n_leaf, n_crit, read_ahead)
+    least, tables = lb.least, lb.tables
     if memory_budget < least:
         raise MemoryBudgetError(
             f"memory budget {format_bytes(memory_budget)} is too small for {n} particles out of core "
             f"(pages of {format_bytes(page_bytes)}, {threads} threads, n_leaf {n_leaf}, n_crit {n_crit}): the "
-            f"page tables and the fewest frames take {format_bytes(least_store)}, the tree's fewest cell frames "
-            f"and its groups (~{groups} planned) {format_bytes(tree_least)}, the sort "
-            f"{format_bytes(least_sort + 2 * n)} (these two use the same room in turn), and the fixed allowances for the kick passes' blocks and "
-            f"the threads' copied particle blocks {format_bytes(blocks + tree_keep_free(n, threads))}; the least "
+            f"page tables and the fewest frames take {format_bytes(lb.store)}, the tree's fewest cell frames "
+            f"and its groups (~{lb.groups} planned) {format_bytes(lb.tree)}, the sort "
+            f"{format_bytes(lb.sort)} (these two use the same room in turn), and the fixed allowances for the kick passes' blocks and "
+            f"the threads' copied particle blocks {format_bytes(lb.blocks + tree_keep_free(n, threads))}; the least "
             f"budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
-    least_frames = least_store - tables
+    least_frames = lb.store - tables
     spare = memory_budget - least
     # by default the particles' cache takes half of what the least needs leave; the other
     # half widens the sort's buffer and the tree's cell cache
@@ -169,11 +222,21 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
                 f"{format_bytes(memory_budget)} for the tree and the sort: at most "
                 f"{format_bytes(least_frames + spare)}", cache_bytes, least_frames + spare)
         cache = max(cache_bytes, least_frames)
+    walk_least = walk_least_cache(n, page_bytes, threads)
+    if cache_bytes is None and cache < walk_least:
+        enough = walk_budget(n, None if page_auto else page_bytes, threads, n_leaf, n_crit, read_ahead)
+        warnings.warn(
+            f"memory budget {format_bytes(memory_budget)} leaves {n} particles a cache of "
+            f"{format_bytes(cache)}, less than the {format_bytes(walk_least)} the tree walk's working set "
+            f"needs ({format_bytes(WALK_CACHE_PER_THREAD)} of x, y, z and m pages for each of {threads} "
+            f"thread{'s' if threads != 1 else ''} and the prefetch): every step will re-read the same pages "
+            f"many times over. A budget of {format_bytes(enough)} ({enough} bytes) or more avoids it.",
+            MemoryBudgetWarning, stacklevel=3)
     headroom = memory_budget - tables - cache
     # up to one run of the sort with the next kick-drift inside it (the steady-state step)
     one_run = int(_core.sort_run_bytes_per_particle(True)) * n
-    sort_buffer = max(least_sort, min(one_run, headroom - blocks - 2 * n))
-    return BudgetPlan(memory_budget, least_store, tree_least, headroom, sort_buffer, cache)
+    sort_buffer = max(lb.sort - 2 * n, min(one_run, headroom - lb.blocks - 2 * n))
+    return BudgetPlan(memory_budget, lb.store, lb.tree, headroom, sort_buffer, cache)
 
 
 def _tables(n: int, page_bytes: int) -> int:
@@ -217,7 +280,8 @@ class OutOfCore:
             raise ValueError(f"eps: must be finite and >= 0, got {eps!r}")
         page = parse_byte_size(page_bytes) if page_bytes is not None else page_bytes_for_budget(memory_budget)
         self.plan = plan_budget(self.n, parse_byte_size(memory_budget), page, self.threads, int(n_leaf), int(n_crit),
-                                None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead)
+                                None if cache_bytes is None else parse_byte_size(cache_bytes), read_ahead,
+                                page_auto=page_bytes is None)
         if sort_buffer is not None:
             want = parse_byte_size(sort_buffer)
             least_sort = int(_core.least_sort_buffer(self.n))
