@@ -193,6 +193,12 @@ void bind_store(nb::module_& m) {
         nb::gil_scoped_release release;
         s.discard(f);
       }, nb::arg("field"), "The field's values are dead until rewritten: its pages are never read back.")
+      .def("cool", [](StoreBox& b, const std::string& f, std::int64_t begin, std::int64_t end) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        s.cool(f, begin, end);
+      }, nb::arg("field"), nb::arg("begin"), nb::arg("end"),
+         "A sweep is done with particles [begin, end) of the field: the pages that end there go first.")
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })

@@ -405,3 +405,30 @@ def test_from_particles_stores_curve_order(tmp_path):
         assert np.array_equal(order, _core.curve_order(p.pos))
         assert np.array_equal(store.read("pos", 0, 5000), p.pos[order])
         assert np.array_equal(store.read("id", 0, 5000), p.id[order])
+
+
+@pytest.mark.parametrize("eviction", ["clock", "lru"])
+@pytest.mark.parametrize("cooled", [True, False])
+def test_cooled_pages_give_way_first(tmp_path, cooled, eviction):
+    """Pages a sweep has cooled are evicted before pages in use that were loaded earlier (a
+    hint: no value changes). Control: without the hint, the earlier pages go."""
+    per = PAGE // 8
+    n = 4 * per
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=1,
+                       read_ahead=0, eviction=eviction) as s:
+        rng = np.random.default_rng(2)
+        mass, pot, ids = rng.random(n), rng.random(n), np.arange(n)
+        s.write("mass", 0, mass), s.write("pot", 0, pot), s.write("id", 0, ids)
+        s.evict_all()
+        for _ in range(2):  # in use: CLOCK sets their reference bits, LRU stamps them
+            assert np.array_equal(s.read("mass", 0, n), mass)  # 4 frames
+            assert np.array_equal(s.read("pot", 0, n), pot)    # the other 4: the cache is full
+        if cooled:
+            s.cool("pot", 0, n)
+        assert np.array_equal(s.read("id", 0, n), ids)         # four evictions
+        s.reset_stats()
+        assert np.array_equal(s.read("mass", 0, n), mass)
+        assert s.stats()["misses"] == (0 if cooled else 4)
+        assert np.array_equal(s.read("pot", 0, n), pot)         # the values are untouched
+        with pytest.raises(ValueError, match="pot"):
+            s.cool("pot", 0, n + 1)

@@ -192,6 +192,14 @@ class ParticleStore:
         """Write every dirty page to the scratch file."""
         self._core.flush()
 
+    def cool(self, field: str, begin: int, end: int) -> None:
+        """A sweep in particle order is done with particles [begin, end) of ``field``: the
+        pages of its columns whose last particle lies there are the first to give way when a
+        frame is needed (a hint for the cache; no value changes). The tree's results and the
+        closing kick use it run by run, so that the pages they have finished writing do not
+        crowd out the pages the walk still reads."""
+        self._core.cool(field, int(begin), int(end))
+
     def evict_all(self) -> None:
         """Flush, then empty the cache: the next reads come from the file."""
         self._core.evict_all()

@@ -76,6 +76,11 @@ class PageCache {
   /// ones, which no caller should hold, keep theirs), and a later pin of one gets a zeroed
   /// frame without I/O. Waits for pages being loaded or written back.
   void discard(std::int64_t first, std::int64_t count);
+  /// Pages [first, first + count) will not be used again soon (a sweep has written them and
+  /// moved on): their frames, resident and unpinned, go first when a frame is needed, so that
+  /// they do not crowd out pages still in use; a prefetch's load, which takes only such cold
+  /// frames, writes a dirty one back off the compute threads. A hint: changes no byte.
+  void cool(std::int64_t first, std::int64_t count);
   /// Write back every dirty page (waits for pinned ones to be released).
   void flush();
   /// flush(), then empty every unpinned frame: the next reads come from the file.

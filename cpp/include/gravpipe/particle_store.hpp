@@ -93,6 +93,10 @@ class ParticleStore {
   /// (PageCache::discard). Partial-page writes that follow then fill zeroed frames instead
   /// of reading the old pages from the file; until written, values read back unspecified.
   void discard(const std::string& field);
+  /// A sweep in particle order is done with particles [begin, end) of `field`: the pages of
+  /// its columns whose last particle lies there go first when a frame is needed
+  /// (PageCache::cool; a hint). The tree's results and the closing kick call it run by run.
+  void cool(const std::string& field, std::int64_t begin, std::int64_t end);
   /// Load `page` ahead of its use if it is absent and a frame is free (PageCache::prefetch):
   /// for a reader that knows its next pages (the tree's walk prefetch). Returns whether it
   /// loaded; I/O errors propagate.

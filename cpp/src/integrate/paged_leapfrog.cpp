@@ -84,6 +84,7 @@ void PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const doub
   s_.read("vel", begin, n, b.vel.data());
   for (std::int64_t k = 0; k < m; ++k) b.vel[k] = kicked(b.vel[k], acc[k], h_);  // LeapfrogIntegrator::step's last loop
   s_.write("vel", begin, n, b.vel.data());
+  s_.cool("vel", begin, begin + n);  // done with: these pages give way before the walk's
   if (!(next_dt_ > 0)) return;
   b.pos.resize(static_cast<std::size_t>(m));
   s_.read("pos", begin, n, b.pos.data());

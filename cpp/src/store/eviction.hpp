@@ -20,6 +20,13 @@ class EvictionPolicy {
     stamp_[f] = ++tick_;
   }
 
+  /// Frame `f` will not be used again soon: first in line for eviction (CLOCK: no second
+  /// chance; LRU: the oldest stamp).
+  void cool(std::size_t f) {
+    ref_[f] = 0;
+    stamp_[f] = 0;
+  }
+
   /// The frame to reuse among those where can_evict(f) holds, or -1 when none does.
   template <class CanEvict>
   int victim(CanEvict&& can_evict) {

@@ -241,6 +241,16 @@ void PageCache::unpin(int f) {
   if (--frames_[static_cast<std::size_t>(f)].pins == 0) changed_.notify_all();
 }
 
+void PageCache::cool(std::int64_t first, std::int64_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::int64_t page = std::max<std::int64_t>(first, 0); page < std::min(first + count, pages_); ++page) {
+    const auto it = table_.find(page);
+    if (it == table_.end()) continue;
+    const Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+    if (fr.state == State::Ready && fr.pins == 0 && fr.page == page) policy_->cool(static_cast<std::size_t>(it->second));
+  }
+}
+
 void PageCache::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (std::size_t f = 0; f < frames_.size(); ++f) {

@@ -230,6 +230,19 @@ void ParticleStore::discard(const std::string& field) {
   cache_->discard(col * pages_per_column_, comps * pages_per_column_);  // a field's columns are adjacent
 }
 
+void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int64_t end) {
+  const std::int64_t col = first_column(field);
+  const int comps = this->field(field).components;
+  check_range(field, begin, end - begin);
+  if (end <= begin) return;
+  // pages whose last particle, (p + 1) per - 1 (or the store's last), lies in [begin, end)
+  const std::int64_t per = per_page_;
+  const std::int64_t first = begin / per;
+  const std::int64_t last = end == size() ? (end - 1) / per : end / per - 1;
+  if (last < first) return;
+  for (int k = 0; k < comps; ++k) cache_->cool((col + k) * pages_per_column_ + first, last - first + 1);
+}
+
 void ParticleStore::flush() { cache_->flush(); }
 
 void ParticleStore::evict_all() {

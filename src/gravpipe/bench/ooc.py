@@ -43,14 +43,13 @@ def peak_rss_bytes() -> int:
 def _budget_for_cache(n: int, cache: int, page: int, threads: int, n_leaf: int = 16) -> int:
     """The budget whose particle cache is ``cache`` bytes, with room for every cell of the
     tree in its own cache (the swap figure varies the particles' cache alone): the store's
-    tables, the cache and the larger of the tree's and the sort's needs."""
-    from gravpipe import _core
-    from gravpipe.ooc import CELLS_PER_PARTICLE_AT_16, _tables, block_allowance, plan_budget, tree_keep_free
-    plan = plan_budget(n, 1 << 50, page, threads, n_leaf)
+    tables, the cache and the larger of the tree's and the sort's needs, from the parts of
+    the least budget that plan_budget checks."""
+    from gravpipe.ooc import CELLS_PER_PARTICLE_AT_16, DEFAULT_N_CRIT, _least_budget, tree_keep_free
+    lb = _least_budget(n, page, threads, n_leaf, DEFAULT_N_CRIT, 4)
     nodes = int(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
-    cells = (128 + 72) * nodes + plan.tree_least + tree_keep_free(n, threads)
-    sort = int(_core.least_sort_buffer(n)) + 2 * n
-    return _tables(n, page) + max(cache, plan.tables_and_least_frames) + max(cells, sort) + block_allowance(threads)
+    cells = (128 + 72) * nodes + lb.tree + tree_keep_free(n, threads)
+    return lb.tables + max(cache, lb.store - lb.tables) + max(cells, lb.sort) + lb.blocks
 
 
 def _model(name: str, n: int, seed: int):
