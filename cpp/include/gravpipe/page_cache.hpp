@@ -64,7 +64,8 @@ class PageCache {
 
   /// Pin `page`, loading it (after writing back the frame's old page if dirty) when absent.
   /// Waits while every frame is pinned. Throws StoreError / ChecksumError naming the page.
-  PageHandle pin(std::int64_t page, Access access);
+  /// `stalled` (optional): set to whether the pin waited or loaded (a miss).
+  PageHandle pin(std::int64_t page, Access access, bool* stalled = nullptr);
   /// Load `page` unpinned if it is absent and a cold frame is free to take (one not used
   /// since the eviction hand last passed it), while fewer than a quarter of the frames hold
   /// prefetched pages not yet used; never waits for a frame. Returns whether it loaded. For
@@ -105,7 +106,7 @@ class PageCache {
     State state = State::Empty;
   };
 
-  int acquire(std::int64_t page, Access access, bool prefetch);
+  int acquire(std::int64_t page, Access access, bool prefetch, bool* stalled = nullptr);
   int load_into(int frame, std::int64_t page, Access access, bool prefetch, std::unique_lock<std::mutex>& lock);
   void write_back(std::int64_t page, const unsigned char* data);
   void read_in(std::int64_t page, unsigned char* data);

@@ -10,7 +10,8 @@
 // Each thread reads through its own PagedCellReader, which keeps a few pages pinned in
 // direct-mapped slots: the top of the tree, which every walk visits, stays pinned, and a
 // record costs a slot lookup and a copy, not a lock. Records are returned by value, so no
-// reference outlives its pin.
+// reference outlives its pin. A walk reader's miss hints the next page to a read-ahead
+// thread: each level's records lie in curve order, and the walk sweeps the curve.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
+#include "gravpipe/read_ahead.hpp"
 #include "gravpipe/store_counters.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -38,7 +40,8 @@ static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines"
 /// until another page takes its slot or the reader goes. Not thread-safe: one per thread.
 class PinnedSlots {
  public:
-  PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access);
+  /// `ahead` (optional, not owned): told the page after each one a refill had to load.
+  PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead = nullptr);
   /// The bytes of `page`, pinned at least until the next call.
   unsigned char* data(std::int64_t page) {
     Slot& s = slots_[static_cast<std::size_t>(page) & mask_];
@@ -56,6 +59,7 @@ class PinnedSlots {
   void refill(Slot& s, std::int64_t page);
   PageCache* cache_;  // not owned
   PageCache::Access access_;
+  ReadAhead* ahead_;  // not owned; may be null
   std::vector<Slot> slots_;
   std::size_t mask_;
 };
@@ -92,6 +96,9 @@ class PagedCells {
   std::size_t slots_;              // per reader
   std::unique_ptr<PageFile> file_;
   std::unique_ptr<PageCache> cache_;
+  // Read-ahead for the walk's readers: each level's records lie in curve order, so the walk
+  // sweeping the curve needs, at every level, the page after the one it last missed.
+  std::unique_ptr<ReadAhead> read_ahead_;
 };
 
 /// One thread's cell accessor (tree.hpp) over PagedCells; also writes records when made with

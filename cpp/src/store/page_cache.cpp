@@ -67,10 +67,10 @@ std::string PageCache::describe(std::int64_t page) const {
   return s;
 }
 
-PageHandle PageCache::pin(std::int64_t page, Access access) {
+PageHandle PageCache::pin(std::int64_t page, Access access, bool* stalled) {
   if (page < 0 || page >= pages_)
     throw InputError("page cache: page " + std::to_string(page) + " outside [0, " + std::to_string(pages_) + ")");
-  const int frame = acquire(page, access, false);
+  const int frame = acquire(page, access, false, stalled);
   return PageHandle(this, frame, frame_data(frame));
 }
 
@@ -86,7 +86,7 @@ bool PageCache::resident(std::int64_t page) const {
          frames_[static_cast<std::size_t>(it->second)].page == page;
 }
 
-int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
+int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* stalled) {
   std::unique_lock<std::mutex> lock(mutex_);
   // the clock starts when the pin first waits or loads: a hit (most pins) reads no clock
   Clock::time_point t0{};
@@ -94,6 +94,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch) {
   const auto start_stall = [&] {
     if (!waited) t0 = Clock::now();
     waited = true;
+    if (stalled != nullptr) *stalled = true;
   };
   for (;;) {
     const auto it = table_.find(page);
