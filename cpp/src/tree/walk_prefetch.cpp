@@ -169,6 +169,7 @@ void WalkPrefetch::serve() {
       footprint(r, cells, pages, stack, marked);
     } catch (...) {  // a cell page that fails to load: the compute thread's own read reports it
       planned = false;
+      std::fill(marked.begin(), marked.end(), std::uint8_t{0});  // the footprint left flags set
     }
     lock.lock();
     if (!planned) {
