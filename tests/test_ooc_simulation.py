@@ -239,3 +239,28 @@ def test_command_line_refuses_a_run_folder_before_filling_the_store(tmp_path, sc
     code = main(["run", "--gravity", "tree", "-n", "1000", "--memory-budget", "64MiB", "--scratch", str(scratch),
                  "--out", str(tmp_path / "run"), "--no-progress"])
     assert code == 2
+
+
+def test_sigterm_removes_the_scratch_files_and_keeps_the_checkpoints(tmp_path, scratch):
+    """A batch system's SIGTERM (time limit) in the middle of an out-of-core `gravpipe run`:
+    the run unwinds, removes its scratch files, keeps the checkpoints it wrote, says so and
+    exits with 128 + 15."""
+    out = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "--no-progress", "--gravity", "tree",
+                              "-n", "2000", "--dt", "0.015625", "--threads", "2", "--memory-budget",
+                              str(_least(2000, 2) + 64 * PAGE), "--scratch", str(scratch), "--page-bytes", str(PAGE),
+                              "--t-end", "1000", "--checkpoint-every", "0.0625", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint_0002.h5").exists():
+        assert child.poll() is None, child.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert os.listdir(scratch) != []  # the store's scratch file is there mid-run
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert "terminated (SIGTERM)" in err
+    assert os.listdir(scratch) == []
+    with gp.Simulation.resume(out, scratch=scratch, memory_budget=_budget()) as resumed:
+        assert resumed.time >= 2 * 0.0625

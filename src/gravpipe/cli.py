@@ -6,7 +6,9 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -299,6 +301,16 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--page-bytes", metavar="SIZE", default=None, help="out-of-core page size (default: from the budget, ~1024 frames, at most 1MiB)")
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived (a batch system's time limit, ``kill``): unwinds like Ctrl-C, so that
+    ``with`` blocks close their stores and remove their scratch files; BaseException, so that
+    no ``except Exception`` stops it on the way."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -308,6 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gravpipe.backends import BackendUnavailableError
 
     _warn_threads(getattr(args, "threads", None))
+    # Python's default for SIGTERM ends the process at once, leaving an out-of-core run's
+    # scratch files (tens of GB) behind; the handler runs when the interpreter next regains
+    # control (after the C++ stage in progress)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     try:
         code = COMMANDS[args.command](args)
         # flushed here, not at interpreter exit, so that a closed pipe surfaces below
@@ -326,6 +343,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gravpipe {args.command}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print(f"gravpipe {args.command}: terminated (SIGTERM); scratch files removed, files already written kept",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 # OSError numbers that a user can fix: a wrong or missing path, a file where a folder is
@@ -798,6 +822,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout = open(os.devnull, "w")  # rank 0 prints the header, progress and summary
     try:
         return _run(args)
+    except _Terminated:
+        raise  # every rank got the signal (mpiexec forwards it): each unwinds and exits itself
     except BaseException as exc:  # noqa: BLE001 - any failure on one rank must stop them all
         # the other ranks would otherwise wait forever in the next collective
         print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {exc}", file=sys.stderr, flush=True)
