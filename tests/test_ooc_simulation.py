@@ -112,17 +112,28 @@ KILLED_RUN = textwrap.dedent("""
 """ % (N, DT, PAGE))
 
 
+def _wait_for(child: subprocess.Popen, path, timeout: float = 120) -> None:
+    """Until ``path`` exists, the child still running (its stderr shown if it stopped)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert child.poll() is None, child.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def _cli_run_args(scratch) -> list[str]:
+    """`gravpipe run` options of a small out-of-core tree run whose pages move."""
+    return ["--gravity", "tree", "-n", "2000", "--dt", "0.015625", "--threads", "2", "--memory-budget",
+            str(_least(2000, 2) + 64 * PAGE), "--scratch", str(scratch), "--page-bytes", str(PAGE)]
+
+
 def test_kill_and_resume_is_bit_identical(tmp_path, scratch):
     """A run killed by SIGKILL after some checkpoints, resumed (under another budget and
     scratch directory), ends bit for bit where an uninterrupted run ends."""
     out = tmp_path / "killed"
     child = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(out), str(scratch), str(_budget())],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "checkpoint_0004.h5").exists():
-        assert child.poll() is None, child.stderr.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    _wait_for(child, out / "checkpoint_0004.h5")
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert "FINISHED" not in child.stdout.read()
@@ -149,8 +160,7 @@ def test_command_line_runs_checkpoints_and_resumes(tmp_path, scratch):
         assert r.returncode == 0, r.stderr
         return r.stdout
 
-    common = ["--gravity", "tree", "-n", "2000", "--dt", "0.015625", "--threads", "2", "--memory-budget",
-              str(_least(2000, 2) + 64 * PAGE), "--scratch", str(scratch), "--page-bytes", str(PAGE)]
+    common = _cli_run_args(scratch)
     run(*common, "--t-end", "0.125", "--checkpoint-every", "0.0625", "--out", str(tmp_path / "a"))
     text = run("--resume", str(tmp_path / "a"), "--t-end", "0.25")
     assert "energy error" in text and "out of core" in text
@@ -246,16 +256,10 @@ def test_sigterm_removes_the_scratch_files_and_keeps_the_checkpoints(tmp_path, s
     the run unwinds, removes its scratch files, keeps the checkpoints it wrote, says so and
     exits with 128 + 15."""
     out = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "--no-progress", "--gravity", "tree",
-                              "-n", "2000", "--dt", "0.015625", "--threads", "2", "--memory-budget",
-                              str(_least(2000, 2) + 64 * PAGE), "--scratch", str(scratch), "--page-bytes", str(PAGE),
+    child = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "--no-progress", *_cli_run_args(scratch),
                               "--t-end", "1000", "--checkpoint-every", "0.0625", "--out", str(out)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "checkpoint_0002.h5").exists():
-        assert child.poll() is None, child.stderr.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    _wait_for(child, out / "checkpoint_0002.h5")
     assert os.listdir(scratch) != []  # the store's scratch file is there mid-run
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=120)
