@@ -1,5 +1,7 @@
 // Bindings of the treecode (gravpipe::Tree) and its ForceProvider. Arrays arrive validated
 // and C-contiguous from gravpipe/tree.py; building and evaluating release the GIL.
+#include <memory>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -75,11 +77,13 @@ DomainBox box_from(const Box& b) {
   return d;
 }
 
-/// The out-of-core tree with the store it reads: every call checks that the store is open.
+/// The out-of-core tree with the store it reads: every call checks that the store is open;
+/// the tree shares the store's ownership, so its destructor (pins, budget charges) never
+/// runs on a store that the box closed first.
 class PagedTreeBox {
  public:
   PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free)
-      : box_(box), tree_(box.get(), p, keep_free) {}
+      : box_(box), store_(box.share()), tree_(*store_, p, keep_free) {}
   PagedTree& get() {
     box_.get();  // throws once the store is closed
     return tree_;
@@ -92,6 +96,7 @@ class PagedTreeBox {
 
  private:
   bindings::StoreBox& box_;  // kept alive by the Python object (keep_alive)
+  std::shared_ptr<ParticleStore> store_;  // before tree_: destroyed after it
   PagedTree tree_;
 };
 

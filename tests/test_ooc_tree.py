@@ -305,6 +305,24 @@ def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_tree_outliving_its_closed_store_is_safe(tmp_path):
+    """An exception's traceback can hold the tree while a `with` block closes the store (a
+    SIGTERM in the walk): calls on the tree then raise, and its destruction later touches no
+    freed store; the scratch files go with the tree."""
+    import gc
+    n = 3000
+    p = gp.ic.plummer(n, seed=4)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
+    o.forces()
+    tree = o._tree  # what a traceback's frame would hold
+    o.close()
+    with pytest.raises(ValueError, match="closed"):
+        tree.self_forces()
+    del tree
+    gc.collect()
+    assert os.listdir(tmp_path) == []
+
+
 def test_budget_too_small_names_the_least_budget(tmp_path):
     n = 5000
     least = _least(n, 1)
