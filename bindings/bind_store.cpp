@@ -39,7 +39,8 @@ using bindings::Indices, bindings::to_numpy, bindings::StoreBox;
 using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using AnyF64 = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 using AnyI64 = nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>;
-using FieldTuple = std::tuple<std::string, int, std::string>;  // name, components, "f64" | "i64"
+// name, components, "f64" | "i64", page group ("" for none)
+using FieldTuple = std::tuple<std::string, int, std::string, std::string>;
 
 StoreConfig make_config(const std::string& directory, std::int64_t n, const std::vector<FieldTuple>& fields,
                         std::size_t page_bytes, std::uint64_t budget, std::uint64_t cache_bytes,
@@ -49,9 +50,9 @@ StoreConfig make_config(const std::string& directory, std::int64_t n, const std:
   c.cache_bytes = cache_bytes, c.eviction = parse_eviction(eviction), c.io_mode = parse_io_mode(io_mode);
   c.read_ahead = read_ahead, c.threads = threads;
   c.fields.clear();
-  for (const auto& [name, comps, type] : fields) {
+  for (const auto& [name, comps, type, group] : fields) {
     if (type != "f64" && type != "i64") throw InputError("store: field '" + name + "' type must be f64 or i64");
-    c.fields.push_back({name, comps, type == "f64" ? FieldType::F64 : FieldType::I64});
+    c.fields.push_back({name, comps, type == "f64" ? FieldType::F64 : FieldType::I64, group});
   }
   return c;
 }
@@ -192,7 +193,13 @@ void bind_store(nb::module_& m) {
         ParticleStore& s = b.get();
         nb::gil_scoped_release release;
         s.discard(f);
-      }, nb::arg("field"), "The field's values are dead until rewritten: its pages are never read back.")
+      }, nb::arg("field"), "The field's values are dead until rewritten: its pages are never read back "
+                           "(pages it shares with another field of its page group stay).")
+      .def("discard_fields", [](StoreBox& b, const std::vector<std::string>& fields) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        s.discard_fields(fields);
+      }, nb::arg("fields"), "discard for several fields: shared pages go when every field sharing them is listed.")
       .def("cool", [](StoreBox& b, const std::string& f, std::int64_t begin, std::int64_t end) {
         ParticleStore& s = b.get();
         nb::gil_scoped_release release;
@@ -212,7 +219,8 @@ void bind_store(nb::module_& m) {
       .def_prop_ro("frames", [](const StoreBox& b) { return b.get().frames(); })
       .def_prop_ro("pages", [](const StoreBox& b) { return b.get().pages(); })
       .def_prop_ro("page_bytes", [](const StoreBox& b) { return b.get().page_bytes(); })
-      .def_prop_ro("particles_per_page", [](const StoreBox& b) { return b.get().particles_per_page(); })
+      .def("particles_per_page", [](const StoreBox& b, const std::string& f) { return b.get().particles_per_page(f); },
+           nb::arg("field"))
       .def_prop_ro("budget_total", [](const StoreBox& b) { return b.get().budget().total(); })
       .def_prop_ro("budget_used", [](const StoreBox& b) { return b.get().budget().used(); })
       .def_prop_ro("budget_peak", [](const StoreBox& b) { return b.get().budget().peak(); });

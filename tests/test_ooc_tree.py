@@ -25,6 +25,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::gravpipe.errors.MemoryBudgetWar
 
 PAGE = 4096  # 512 particles a page: a few thousand particles span many pages
 EPS = 1e-2
+#: bytes a particle of a sort run holds in memory, plain and with the kick-drift inside
+RUN = int(_core.sort_run_bytes_per_particle(False, False))
+RUN_KD = int(_core.sort_run_bytes_per_particle(True, False))
 
 
 def _least(n: int, threads: int, n_leaf: int = 16) -> int:
@@ -55,7 +58,7 @@ def test_forces_bitwise_equal_to_in_core_tree(tmp_path, threads, model, precisio
     a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads, precision=precision).forces()
     budget = _least(n, threads) + 48 * PAGE  # a cache of a few dozen pages for 2000+ pages of data
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, precision=precision,
-                                  page_bytes=PAGE, sort_buffer=72 * 1500) as o:
+                                  page_bytes=PAGE, sort_buffer=RUN * 1500) as o:
         st = o.forces()
         assert st.sort_detail["runs"] >= 4  # the external merge really ran
         a1, pot1 = o.gather("acc"), o.gather("pot")
@@ -85,7 +88,7 @@ def test_forces_against_float64_direct_sum(tmp_path):
     assert np.median(err) <= 3e-4 and np.percentile(err, 99) <= 3e-3
 
 
-@pytest.mark.parametrize("threads,buffer", [(1, 72 * 1100), (2, 72 * 1100), (2, 104 * 4000)])
+@pytest.mark.parametrize("threads,buffer", [(1, RUN * 1100), (2, RUN * 1100), (2, RUN_KD * 4000)])
 def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
     """Several runs (the external merge), or one (sorted in place). The first step kicks and
     drifts in a pass of its own; the next ones (same dt) inside the sort, in the frame the
@@ -125,7 +128,7 @@ def test_sort_kick_drift_checks_its_predicted_frame(tmp_path):
     n, h, dt = 3000, 1 / 128, 1 / 64
     p = gp.ic.plummer(n, seed=4)
     budget = _least(n, 1) + 64 * PAGE
-    kw = dict(eps=EPS, threads=1, page_bytes=PAGE, sort_buffer=72 * 1024)
+    kw = dict(eps=EPS, threads=1, page_bytes=PAGE, sort_buffer=RUN * 1024)
     with OutOfCore.from_particles(p, tmp_path, budget, **kw) as o:
         o.forces()
         before = {f: o.store.read(f, 0, n) for f in ("pos", "vel", "acc", "id")}
@@ -162,13 +165,13 @@ def test_sort_with_overlapped_reads_gives_the_same_bits(tmp_path, kick_drift):
     out = {}
     for overlap in (False, True):
         with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=2, page_bytes=PAGE,
-                                      sort_buffer=72 * 1024) as o:
+                                      sort_buffer=RUN * 1024) as o:
             o.forces()
             kd = None
             if kick_drift:
                 pos = o.store.read("pos", 0, n) + dt * (o.store.read("vel", 0, n) + h * o.store.read("acc", 0, n))
                 kd = (h, dt, list(pos.min(0)), list(pos.max(0)))
-            d = _core.store_sort_by_curve(o.store._core, CARRIED, 72 * 1024, 2, kd, overlap)
+            d = _core.store_sort_by_curve(o.store._core, CARRIED, RUN * 1024, 2, kd, overlap)
             assert d["runs"] > 1 and d["kick_drift_applied"] == kick_drift
             out[overlap] = d["runs"], {f: o.store.read(f, 0, n) for f in ("pos", "vel", "mass", "id", "key", "index")}
     assert out[True][0] > out[False][0]  # the second buffer makes the runs shorter
@@ -396,7 +399,7 @@ def test_equal_keys_keep_the_in_core_order(tmp_path):
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=0.05, dt=dt, theta=0.6, threads=2)
     sim.evolve(2 * dt)
     with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE, eps=0.05, threads=2, page_bytes=PAGE,
-                                  sort_buffer=72 * 1100) as o:
+                                  sort_buffer=RUN * 1100) as o:
         o.step(dt)
         o.step(dt)
         pos1, vel1 = o.gather("pos"), o.gather("vel")
@@ -483,7 +486,7 @@ def test_external_sort_stays_within_its_charged_buffer(tmp_path):
             f.write("5")  # resets VmHWM to the current RSS
     except OSError:
         pytest.skip("cannot reset VmHWM (/proc/self/clear_refs) here")
-    n, buffer = 2_000_000, 72 * 700_000  # several runs of <= 700k particles (72 bytes a particle)
+    n, buffer = 2_000_000, RUN * 700_000  # several runs of <= 700k particles
     p = gp.ic.plummer(n, seed=1)
     with OutOfCore.from_particles(p, tmp_path, "512MiB", threads=2, sort_buffer=buffer) as o:
         del p

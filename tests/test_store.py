@@ -219,19 +219,74 @@ def test_discard_leaves_other_fields_and_their_checksums_alone(tmp_path):
 def test_flipped_bit_on_disk_names_the_page_and_no_data_is_returned(tmp_path):
     n = 8192
     pos = np.random.default_rng(3).normal(size=(n, 3))
+    vel = np.random.default_rng(4).normal(size=(n, 3))
     with small_store(tmp_path, n) as s:
         s.write("pos", 0, pos)
+        s.write("vel", 0, vel)
         s.evict_all()  # flushed and out of memory: the next read is from the file
-        page = s.page_of("pos", 1, 5000)  # y of particle 5000
+        # a column's page: 512 particles of vel's y
+        page = s.page_of("vel", 1, 5000)
         _flip_bits(s.path, page * PAGE + 123, 0x10)
-        with pytest.raises(ChecksumError, match=rf"page {page} \(field 'pos' component 1, particles 4608\.\.5119\)") as e:
-            s.read("pos", 0, n)
+        with pytest.raises(ChecksumError, match=rf"page {page} \(field 'vel' component 1, particles 4608\.\.5119\)") as e:
+            s.read("vel", 0, n)
         assert e.value.page == page and e.value.path == s.path
         assert isinstance(e.value, StoreError)
         # the other pages are intact and still read; the bad one fails every time
-        assert np.array_equal(s.read("pos", 0, 4608), pos[:4608])
+        assert np.array_equal(s.read("vel", 0, 4608), vel[:4608])
         with pytest.raises(ChecksumError):
-            s.read("pos", 5000, 5001)
+            s.read("vel", 5000, 5001)
+        # a page of the group "body": x, y, z and m of 128 particles, named for both fields
+        page = s.page_of("pos", 1, 5000)
+        assert page == s.page_of("mass", 0, 5000)
+        _flip_bits(s.path, page * PAGE + 123, 0x10)
+        with pytest.raises(ChecksumError, match=rf"page {page} \(fields 'pos', 'mass' \(one page\), particles 4992\.\.5119\)"):
+            s.read("mass", 0, n)
+        assert np.array_equal(s.read("pos", 0, 4992), pos[:4992])
+
+
+def test_pos_and_mass_share_pages_column_after_column(tmp_path):
+    """The page group "body": one page holds x, y, z, m of the same particles, each a
+    contiguous column of page_bytes / 32 values, and its bytes on disk are those values."""
+    n = 1000
+    pos = np.random.default_rng(5).normal(size=(n, 3))
+    mass = np.random.default_rng(6).uniform(size=n)
+    with small_store(tmp_path, n) as s:
+        per = PAGE // 32
+        assert s.particles_per_page("pos") == s.particles_per_page("mass") == per
+        assert s.particles_per_page("vel") == PAGE // 8
+        s.write("pos", 0, pos)
+        s.write("mass", 0, mass)
+        s.evict_all()
+        k = 3 * per + 5  # the 6th particle of the group's 4th page
+        page = s.page_of("pos", 0, k)
+        assert page == s.page_of("pos", 2, k) == s.page_of("mass", 0, k) == s.page_of("pos", 0, 0) + 3
+        raw = np.fromfile(s.path, dtype=np.float64, count=PAGE // 8, offset=page * PAGE)
+        want = np.concatenate([pos[3 * per:4 * per, 0], pos[3 * per:4 * per, 1], pos[3 * per:4 * per, 2],
+                               mass[3 * per:4 * per]])
+        assert np.array_equal(raw, want)
+        assert np.array_equal(s.read("pos", 0, n), pos) and np.array_equal(s.read("mass", 0, n), mass)
+
+
+def test_discarding_one_field_of_a_page_group_keeps_the_others(tmp_path):
+    """pos and mass share pages: discarding pos alone must not drop mass (the pages stay);
+    discarding both lets the pages go."""
+    n = 2000
+    pos = np.random.default_rng(7).normal(size=(n, 3))
+    mass = np.random.default_rng(8).uniform(size=n)
+    with small_store(tmp_path, n) as s:
+        s.write("pos", 0, pos)
+        s.write("mass", 0, mass)
+        s.evict_all()
+        s._core.discard("pos")
+        assert np.array_equal(s.read("mass", 0, n), mass)
+        assert np.array_equal(s.read("pos", 0, n), pos)  # a hint only: the values stayed
+        s.evict_all()
+        s._core.discard_fields(["pos", "mass"])
+        before = s.stats()["bytes_read"]
+        s.write("mass", 0, mass)  # partial pages of the group now start from zeroed frames
+        assert s.stats()["bytes_read"] == before  # nothing was read back to be overwritten
+        assert np.array_equal(s.read("mass", 0, n), mass)
+        assert np.array_equal(s.read("pos", 0, n), np.zeros((n, 3)))  # dead values read as zeros here
 
 
 DISK_FULL_SCRIPT = textwrap.dedent("""
@@ -411,23 +466,24 @@ def test_from_particles_stores_curve_order(tmp_path):
 @pytest.mark.parametrize("cooled", [True, False])
 def test_cooled_pages_give_way_first(tmp_path, cooled, eviction):
     """Pages a sweep has cooled are evicted before pages in use that were loaded earlier (a
-    hint: no value changes). Control: without the hint, the earlier pages go."""
+    hint: no value changes). Control: without the hint, the earlier pages go. (A field "u" of
+    its own: pos and mass share pages.)"""
     per = PAGE // 8
     n = 4 * per
     with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=1,
-                       read_ahead=0, eviction=eviction) as s:
+                       read_ahead=0, eviction=eviction, extra_fields={"u": 1}) as s:
         rng = np.random.default_rng(2)
         mass, pot, ids = rng.random(n), rng.random(n), np.arange(n)
-        s.write("mass", 0, mass), s.write("pot", 0, pot), s.write("id", 0, ids)
+        s.write("u", 0, mass), s.write("pot", 0, pot), s.write("id", 0, ids)
         s.evict_all()
         for _ in range(2):  # in use: CLOCK sets their reference bits, LRU stamps them
-            assert np.array_equal(s.read("mass", 0, n), mass)  # 4 frames
+            assert np.array_equal(s.read("u", 0, n), mass)  # 4 frames
             assert np.array_equal(s.read("pot", 0, n), pot)    # the other 4: the cache is full
         if cooled:
             s.cool("pot", 0, n)
         assert np.array_equal(s.read("id", 0, n), ids)         # four evictions
         s.reset_stats()
-        assert np.array_equal(s.read("mass", 0, n), mass)
+        assert np.array_equal(s.read("u", 0, n), mass)
         assert s.stats()["misses"] == (0 if cooled else 4)
         assert np.array_equal(s.read("pot", 0, n), pot)         # the values are untouched
         with pytest.raises(ValueError, match="pot"):

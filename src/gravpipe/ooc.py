@@ -55,7 +55,7 @@ import numpy as np
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
 from gravpipe.errors import MemoryBudgetError, MemoryBudgetWarning
-from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget, parse_byte_size
+from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget, page_count, parse_byte_size
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
                                   _check_precision, check_quad_tol, check_tree_params)
 
@@ -240,8 +240,7 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
 
 
 def _tables(n: int, page_bytes: int) -> int:
-    columns = 3 + 3 + 1 + 1 + 3 + 1 + sum(c for c, _ in OOC_FIELDS.values())
-    return columns * math.ceil(n / (page_bytes // 8)) * 5
+    return page_count(n, page_bytes, OOC_FIELDS) * 5  # a CRC32C and a written flag a page
 
 
 class OutOfCore:

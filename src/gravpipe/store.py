@@ -41,6 +41,17 @@ from gravpipe import _core
 DEFAULT_FIELDS: dict[str, tuple[int, str]] = {
     "pos": (3, "f64"), "vel": (3, "f64"), "mass": (1, "f64"), "id": (1, "i64"), "acc": (3, "f64"), "pot": (1, "f64"),
 }
+#: fields that share their pages (one page holds x[P], y[P], z[P], m[P] of the same P
+#: particles): the tree's walk reads all four of a leaf, so it pins and loads one page, not
+#: four, and a page spans a quarter of the particles a column's page would
+#: (the external sort's twins, ``pos~`` and ``mass~``, share theirs the same way)
+PAGE_GROUPS: dict[str, str] = {"pos": "body", "mass": "body"}
+
+
+def _page_group(name: str) -> str:
+    if name.endswith("~") and name[:-1] in PAGE_GROUPS:
+        return PAGE_GROUPS[name[:-1]] + "~"
+    return PAGE_GROUPS.get(name, "")
 DEFAULT_PAGE_BYTES = 1 << 20
 #: frames (of both the particles' and the cells' caches) the automatic page size aims for
 AUTO_PAGE_FRAMES = 1024
@@ -80,7 +91,8 @@ def format_bytes(n: int) -> str:
     return str(_core.format_bytes(int(n)))
 
 
-def _field_list(extra_fields: Mapping[str, int | tuple[int, str]] | None) -> list[tuple[str, int, str]]:
+def _field_list(extra_fields: Mapping[str, int | tuple[int, str]] | None) -> list[tuple[str, int, str, str]]:
+    """(name, components, dtype, page group) of the default fields and ``extra_fields``."""
     fields = dict(DEFAULT_FIELDS)
     for name, spec in (extra_fields or {}).items():
         comps, dtype = (spec, "f64") if isinstance(spec, (int, np.integer)) else spec
@@ -89,7 +101,20 @@ def _field_list(extra_fields: Mapping[str, int | tuple[int, str]] | None) -> lis
         if name in fields:
             raise ValueError(f"extra_fields: field {name!r} exists already")
         fields[name] = (int(comps), dtype)
-    return [(name, comps, dtype) for name, (comps, dtype) in fields.items()]
+    return [(name, comps, dtype, _page_group(name)) for name, (comps, dtype) in fields.items()]
+
+
+def page_count(n: int, page_bytes: int, extra_fields: Mapping[str, int | tuple[int, str]] | None = None) -> int:
+    """Pages of the scratch file for ``n`` particles: a column of its own takes
+    ceil(n / (page_bytes / 8)), a page group of w columns ceil(n / (page_bytes / 8 / w))."""
+    widths: dict[str, int] = {}
+    pages = 0
+    for name, comps, _, group in _field_list(extra_fields):
+        if group:
+            widths[group] = widths.get(group, 0) + comps
+        else:
+            pages += comps * -(-n // (page_bytes // 8))
+    return pages + sum(-(-n // (page_bytes // 8 // w)) for w in widths.values())
 
 
 class ParticleStore:
@@ -151,7 +176,7 @@ class ParticleStore:
 
     def field(self, name: str) -> tuple[int, str]:
         """(components, dtype) of a field; ValueError listing the fields for an unknown name."""
-        for fname, comps, dtype in self._fields:
+        for fname, comps, dtype, _ in self._fields:
             if fname == name:
                 return comps, dtype
         raise ValueError(f"store: no field {name!r} (fields: {', '.join(f[0] for f in self._fields)})")
@@ -252,9 +277,10 @@ class ParticleStore:
     def page_bytes(self) -> int:
         return int(self._core.page_bytes)
 
-    @property
-    def particles_per_page(self) -> int:
-        return int(self._core.particles_per_page)
+    def particles_per_page(self, field: str) -> int:
+        """Particles a page of ``field`` holds: page_bytes / 8 / the columns that share its
+        pages (4 for pos and mass, PAGE_GROUPS)."""
+        return int(self._core.particles_per_page(field))
 
     # ---- lifetime ----------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 // so that the tree reads x, y, z, m from pages with the same code that reads arrays.
 //
 // Blocks are leased per thread. A block whose four columns (x, y, z, m) each lie inside one
-// page is served straight from the pinned frames: the thread's lease keeps those pages
+// page (one page for all four when pos and mass share a page group, the store's default) is
+// served straight from the pinned frames: the thread's lease keeps those pages
 // pinned, so the many small blocks of a run of groups (leaves of nearby cells, mostly on the
 // same few pages) cost a lookup in a short list, not a copy. A block that straddles a page
 // boundary, or that comes when the lease already holds its share of the frames, is copied
@@ -65,8 +66,10 @@ class PagedParticles {
   ParticleStore& store_;
   const std::string pos_, mass_;
   std::int64_t per_page_;
-  std::int64_t column_base_[4];      // first page of the x, y, z, m columns
-  std::size_t max_pinned_pages_;     // per lease: distinct local pages (4 frames each)
+  std::vector<std::int64_t> bases_;  // the distinct first pages of the x, y, z, m columns
+  int column_page_[4];               // x, y, z, m: which of bases_ holds it
+  std::size_t column_offset_[4];     // x, y, z, m: bytes from a page's start to the column
+  std::size_t max_pinned_pages_;     // per lease: distinct local pages (bases_.size() frames each)
   bool read_ahead_;
   std::vector<std::unique_ptr<Lease>> leases_;  // one per thread
 };

@@ -3,7 +3,9 @@
 // of one scratch file, particles in the order they are written (curve order: the caller
 // sorts, gravpipe.store does it for Particles), served through a page cache of a fixed byte
 // budget with read-ahead along the curve. Every element is 8 bytes (float64 or int64), so a
-// page holds page_bytes / 8 particles of one column.
+// page holds page_bytes / 8 particles of one column, or, for the w columns of a page group
+// (FieldSpec::page_group: pos and mass by default), page_bytes / 8 / w particles of each,
+// one column after the other.
 //
 // Typical use:
 //   StoreConfig c; c.directory = "/scratch"; c.n = n; c.budget_bytes = parse_byte_size("4GiB");
@@ -32,10 +34,17 @@ struct FieldSpec {
   std::string name;
   int components = 1;  // 3 for vectors: (n, 3) row-major in, three columns inside
   FieldType type = FieldType::F64;
+  /// Fields with the same non-empty page group share their pages: a page holds the same
+  /// particles of each of their columns, one column after the other (x[P], y[P], z[P], m[P]),
+  /// so that a reader of all of them (the tree's walk) pins and loads one page where separate
+  /// columns would take one each, and a page spans 1/width of the particles, so that the
+  /// walk's scattered neighbour leaves cost smaller pages (N = 1e7 at 1/10: BENCHMARKS.md).
+  std::string page_group;
 };
 
-/// pos(3), vel(3), mass, id (int64), acc(3), pot: what every integrator keeps. Hermite adds
-/// e.g. jerk(3), t, dt through StoreConfig::fields.
+/// pos(3), vel(3), mass, id (int64), acc(3), pot: what every integrator keeps, pos and mass
+/// in the page group "body" (the x, y, z, m the tree reads). Hermite adds e.g. jerk(3), t, dt
+/// through StoreConfig::fields.
 std::vector<FieldSpec> default_fields();
 
 struct StoreConfig {
@@ -92,7 +101,11 @@ class ParticleStore {
   /// Every value of `field` is dead: the caller writes all of them before it reads any
   /// (PageCache::discard). Partial-page writes that follow then fill zeroed frames instead
   /// of reading the old pages from the file; until written, values read back unspecified.
-  void discard(const std::string& field);
+  void discard(const std::string& field) { discard_fields({field}); }
+  /// The same for several fields at once: pages shared by fields of a page group are
+  /// discarded only when every field that shares them is listed (the external sort's permute
+  /// discards pos and mass together before it writes them).
+  void discard_fields(const std::vector<std::string>& fields);
   /// A sweep in particle order is done with particles [begin, end) of `field`: the pages of
   /// its columns whose last particle lies there go first when a frame is needed
   /// (PageCache::cool; a hint). The tree's results and the closing kick call it run by run.
@@ -111,11 +124,14 @@ class ParticleStore {
 
   /// The scratch-file page that holds element `index` of component `component` of `field`.
   std::int64_t page_of(const std::string& field, int component, std::int64_t index) const;
+  /// Where element `index` of that column lies inside its page (bytes from the page's start).
+  std::size_t offset_in_page(const std::string& field, int component, std::int64_t index) const;
 
   std::int64_t size() const { return n_; }
   const std::vector<FieldSpec>& fields() const { return fields_; }
   const FieldSpec& field(const std::string& name) const;
-  std::int64_t particles_per_page() const { return per_page_; }
+  /// Particles a page of `field` holds: page_bytes / 8 / (the columns sharing its pages).
+  std::int64_t particles_per_page(const std::string& field) const;
   std::int64_t pages() const { return cache_->pages(); }
   std::int64_t frames() const { return cache_->frames(); }
   std::size_t page_bytes() const { return file_->page_bytes(); }
@@ -128,9 +144,18 @@ class ParticleStore {
   std::int64_t read_ahead_failures() const { return read_ahead_->failures(); }
 
  private:
+  /// Pages shared by `width` columns, each page holding `per_page` particles of each.
+  struct Stripe {
+    std::int64_t base;      // its first page
+    std::int64_t pages;
+    std::int64_t per_page;
+    int width;
+  };
   struct Column {
     std::size_t field;
     int component;
+    std::size_t stripe;
+    std::size_t offset;  // bytes from a page's start to the column's first element
   };
   /// Copy particles [begin, begin+count) of one column between the pages and a strided
   /// buffer (element k at buf + ((k - begin) * stride) * 8); a read with `read_ahead` hints
@@ -146,8 +171,7 @@ class ParticleStore {
   std::vector<FieldSpec> fields_;
   std::vector<std::int64_t> first_column_;  // per field
   std::vector<Column> columns_;
-  std::int64_t per_page_;
-  std::int64_t pages_per_column_;
+  std::vector<Stripe> stripes_;
   Eviction eviction_;
   int read_ahead_pages_;
   std::unique_ptr<MemoryBudget> budget_;    // outlives everything charged to it

@@ -16,7 +16,7 @@ namespace gravpipe {
 struct PagedParticles::Lease {
   struct Pinned {
     std::int64_t local;
-    std::vector<PageHandle> columns;  // x, y, z, m
+    std::vector<PageHandle> pages;  // one per distinct page of x, y, z, m (bases_)
   };
   struct Copy {
     std::unique_ptr<double[]> xyzm;  // x, y, z, m of e - b particles, one after the other
@@ -37,19 +37,31 @@ PagedParticles::PagedParticles(ParticleStore& store, std::string pos, std::strin
     : store_(store),
       pos_(std::move(pos)),
       mass_(std::move(mass)),
-      per_page_(store.particles_per_page()),
+      per_page_(store.particles_per_page(pos_)),
       read_ahead_(read_ahead) {
   if (store_.field(pos_).components != 3 || store_.field(pos_).type != FieldType::F64)
     throw InputError("PagedParticles: field '" + pos_ + "' is not a float64 3-vector");
   if (store_.field(mass_).components != 1 || store_.field(mass_).type != FieldType::F64)
     throw InputError("PagedParticles: field '" + mass_ + "' is not a float64 scalar");
-  for (int c = 0; c < 3; ++c) column_base_[c] = store_.page_of(pos_, c, 0);
-  column_base_[3] = store_.page_of(mass_, 0, 0);
+  if (store_.particles_per_page(mass_) != per_page_)
+    throw InputError("PagedParticles: a page of '" + mass_ + "' holds " + std::to_string(store_.particles_per_page(mass_)) +
+                     " particles and one of '" + pos_ + "' " + std::to_string(per_page_) +
+                     ": put both in one page group or neither");
+  for (int c = 0; c < 4; ++c) {
+    const std::string& f = c < 3 ? pos_ : mass_;
+    const int comp = c < 3 ? c : 0;
+    const std::int64_t base = store_.page_of(f, comp, 0);
+    const auto it = std::find(bases_.begin(), bases_.end(), base);
+    column_page_[c] = static_cast<int>(it - bases_.begin());
+    if (it == bases_.end()) bases_.push_back(base);
+    column_offset_[c] = store_.offset_in_page(f, comp, 0);
+  }
   const int t = std::max({threads, omp_get_max_threads(), 1});
   // frames a lease may pin: every lease at its limit still leaves one frame per thread for
   // the transient pins of copies and writes, and two for read-ahead and eviction
   const std::int64_t spare = store_.frames() - 2 - t - std::max(other_pins, 0);
-  max_pinned_pages_ = spare > 0 ? static_cast<std::size_t>(spare / t / 4) : 0;
+  const auto width = static_cast<std::int64_t>(bases_.size());
+  max_pinned_pages_ = spare > 0 ? static_cast<std::size_t>(spare / t / width) : 0;
   for (int k = 0; k < t; ++k) leases_.push_back(std::make_unique<Lease>());
 }
 
@@ -93,18 +105,21 @@ ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
   if (!held) {
     if (l.pinned.size() >= max_pinned_pages_) return copy_block(l, b, e);
     Lease::Pinned p{local, {}};
-    p.columns.reserve(4);
-    for (const std::int64_t base : column_base_) p.columns.push_back(store_.pin(base + local));
+    p.pages.reserve(bases_.size());
+    for (const std::int64_t base : bases_) p.pages.push_back(store_.pin(base + local));
     l.pinned.push_back(std::move(p));
     // a sweep along the curve (the moments) reads the following pages next
     if (read_ahead_)
       for (std::int64_t a = 1; a <= store_.read_ahead_pages() && (local + a) * per_page_ < store_.size(); ++a)
-        for (const std::int64_t base : column_base_) store_.hint(base + local + a);
+        for (const std::int64_t base : bases_) store_.hint(base + local + a);
     held = &l.pinned.back();
   }
   ++l.n_pinned;
   const std::int64_t at = b - local * per_page_;
-  const auto ptr = [&](int c) { return reinterpret_cast<const double*>(held->columns[c].data()) + at; };
+  const auto ptr = [&](int c) {
+    return reinterpret_cast<const double*>(held->pages[static_cast<std::size_t>(column_page_[c])].data() +
+                                           column_offset_[c]) + at;
+  };
   return {ptr(0), ptr(1), ptr(2), ptr(3), b, e};
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "gravpipe/error.hpp"
 
@@ -17,16 +18,41 @@ constexpr std::uint64_t kTableBytesPerPage = sizeof(std::uint32_t) + 1;  // CRC 
 
 int resolved_threads(const StoreConfig& c) { return c.threads > 0 ? c.threads : omp_get_max_threads(); }
 
-std::int64_t column_count(const std::vector<FieldSpec>& fields) {
-  std::int64_t c = 0;
-  for (const FieldSpec& f : fields) c += f.components;
-  return c;
+/// Which pages each column lies in: a stripe of pages per ungrouped column, one per page
+/// group (its fields' columns side by side in each page, in field order).
+struct PageLayout {
+  std::vector<int> widths;                             // columns per stripe
+  std::vector<std::pair<std::size_t, int>> placement;  // per column: stripe, slot in the page
+};
+
+PageLayout page_layout(const std::vector<FieldSpec>& fields) {
+  PageLayout l;
+  std::map<std::string, std::size_t> group_stripe;
+  for (const FieldSpec& f : fields)
+    for (int k = 0; k < f.components; ++k) {
+      if (f.page_group.empty()) {
+        l.placement.emplace_back(l.widths.size(), 0);
+        l.widths.push_back(1);
+        continue;
+      }
+      const auto [it, added] = group_stripe.emplace(f.page_group, l.widths.size());
+      if (added) l.widths.push_back(0);
+      l.placement.emplace_back(it->second, l.widths[it->second]++);
+    }
+  return l;
+}
+
+std::int64_t per_page_of(std::size_t page_bytes, int width) {
+  return static_cast<std::int64_t>(page_bytes) / kElementBytes / width;
 }
 
 std::int64_t total_pages(const StoreConfig& c) {
-  const auto per_page = static_cast<std::int64_t>(c.page_bytes) / kElementBytes;
-  const std::int64_t per_column = per_page > 0 ? (c.n + per_page - 1) / per_page : 0;
-  return per_column * column_count(c.fields);
+  std::int64_t pages = 0;
+  for (const int w : page_layout(c.fields).widths) {
+    const std::int64_t per = per_page_of(c.page_bytes, w);
+    pages += per > 0 ? (c.n + per - 1) / per : 0;
+  }
+  return pages;
 }
 
 /// The fewest frames that never leave a pinning thread without one: each thread pins one
@@ -44,6 +70,10 @@ void check_config(const StoreConfig& c) {
       if (c.fields[j].name == f.name) throw InputError("store: field '" + f.name + "' named twice");
   }
   if (c.read_ahead < 0) throw InputError("store: read_ahead must be >= 0");
+  for (const int w : page_layout(c.fields).widths)
+    if (per_page_of(c.page_bytes, w) < 1)
+      throw InputError("store: a page group of " + std::to_string(w) + " columns does not fit a page of " +
+                       std::to_string(c.page_bytes) + " bytes");
 }
 
 /// The frames the cache gets: what the caller asked (cache_bytes), else half of what the
@@ -69,8 +99,8 @@ std::int64_t cache_frames(const StoreConfig& c, std::uint64_t tables) {
 }  // namespace
 
 std::vector<FieldSpec> default_fields() {
-  return {{"pos", 3, FieldType::F64}, {"vel", 3, FieldType::F64}, {"mass", 1, FieldType::F64},
-          {"id", 1, FieldType::I64},  {"acc", 3, FieldType::F64}, {"pot", 1, FieldType::F64}};
+  return {{"pos", 3, FieldType::F64, "body"}, {"vel", 3, FieldType::F64, ""}, {"mass", 1, FieldType::F64, "body"},
+          {"id", 1, FieldType::I64, ""},      {"acc", 3, FieldType::F64, ""}, {"pot", 1, FieldType::F64, ""}};
 }
 
 std::uint64_t ParticleStore::least_budget(const StoreConfig& c) {
@@ -90,13 +120,21 @@ ParticleStore::ParticleStore(const StoreConfig& c)
                           std::to_string(resolved_threads(c)) + " threads; the least budget that works is " +
                           format_bytes(least) + " (" + std::to_string(least) + " bytes)",
                       c.budget_bytes, least);
-  per_page_ = static_cast<std::int64_t>(c.page_bytes) / kElementBytes;
-  pages_per_column_ = (n_ + per_page_ - 1) / per_page_;
+  const PageLayout layout = page_layout(fields_);
+  std::int64_t pages = 0;
+  for (const int w : layout.widths) {
+    const std::int64_t per = per_page_of(c.page_bytes, w);
+    stripes_.push_back({pages, (n_ + per - 1) / per, per, w});
+    pages += stripes_.back().pages;
+  }
   for (std::size_t f = 0; f < fields_.size(); ++f) {
     first_column_.push_back(static_cast<std::int64_t>(columns_.size()));
-    for (int k = 0; k < fields_[f].components; ++k) columns_.push_back({f, k});
+    for (int k = 0; k < fields_[f].components; ++k) {
+      const auto [stripe, slot] = layout.placement[columns_.size()];
+      const auto offset = static_cast<std::size_t>(slot * stripes_[stripe].per_page * kElementBytes);
+      columns_.push_back({f, k, stripe, offset});
+    }
   }
-  const std::int64_t pages = pages_per_column_ * static_cast<std::int64_t>(columns_.size());
   budget_ = std::make_unique<MemoryBudget>(c.budget_bytes);
   const std::int64_t frames = cache_frames(c, static_cast<std::uint64_t>(pages) * kTableBytesPerPage);
   cache_ = std::make_unique<PageCache>(*file_, pages, frames, c.eviction, *budget_);
@@ -107,11 +145,20 @@ ParticleStore::ParticleStore(const StoreConfig& c)
 ParticleStore::~ParticleStore() = default;
 
 std::string ParticleStore::name_page(std::int64_t page) const {
-  const Column& col = columns_[static_cast<std::size_t>(page / pages_per_column_)];
-  const std::int64_t first = (page % pages_per_column_) * per_page_;
-  const std::int64_t last = std::min(first + per_page_, n_);
-  return "field '" + fields_[col.field].name + "' component " + std::to_string(col.component) + ", particles " +
-         std::to_string(first) + ".." + std::to_string(last - 1);
+  std::size_t st = 0;
+  while (st + 1 < stripes_.size() && page >= stripes_[st + 1].base) ++st;
+  const Stripe& stripe = stripes_[st];
+  const std::int64_t first = (page - stripe.base) * stripe.per_page;
+  const std::int64_t last = std::min(first + stripe.per_page, n_);
+  const std::string particles = ", particles " + std::to_string(first) + ".." + std::to_string(last - 1);
+  if (stripe.width == 1)
+    for (const Column& col : columns_)
+      if (col.stripe == st)
+        return "field '" + fields_[col.field].name + "' component " + std::to_string(col.component) + particles;
+  std::string names;
+  for (const Column& col : columns_)
+    if (col.stripe == st && col.component == 0) names += (names.empty() ? "'" : ", '") + fields_[col.field].name + "'";
+  return "fields " + names + " (one page)" + particles;
 }
 
 const FieldSpec& ParticleStore::field(const std::string& name) const {
@@ -138,33 +185,49 @@ std::int64_t ParticleStore::page_of(const std::string& field, int component, std
   if (component < 0 || component >= this->field(field).components)
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
   check_range(field, index, 1);
-  return col * pages_per_column_ + index / per_page_;
+  const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
+  return stripe.base + index / stripe.per_page;
+}
+
+std::size_t ParticleStore::offset_in_page(const std::string& field, int component, std::int64_t index) const {
+  const std::int64_t page = page_of(field, component, index);  // checks the arguments
+  const Column& col = columns_[static_cast<std::size_t>(first_column(field) + component)];
+  const Stripe& stripe = stripes_[col.stripe];
+  return col.offset + static_cast<std::size_t>((index - (page - stripe.base) * stripe.per_page) * kElementBytes);
+}
+
+std::int64_t ParticleStore::particles_per_page(const std::string& field) const {
+  return stripes_[columns_[static_cast<std::size_t>(first_column(field))].stripe].per_page;
 }
 
 template <bool kWrite>
 void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf,
                                 int stride, bool read_ahead) {
+  const Column& col = columns_[static_cast<std::size_t>(column)];
+  const Stripe& stripe = stripes_[col.stripe];
+  const std::int64_t per_page = stripe.per_page;
   const std::int64_t end = begin + count;
   std::int64_t k = begin;
   std::int64_t hinted = -1;  // the last local page handed to read-ahead
   while (k < end) {
-    const std::int64_t local = k / per_page_;
+    const std::int64_t local = k / per_page;
     // the reader goes on along the curve: the read-ahead thread loads the pages that follow
     // while this one copies (inside a long range too, so a whole-column read streams)
     if (!kWrite && read_ahead)
-      for (std::int64_t a = std::max(local, hinted) + 1; a <= local + read_ahead_pages_ && a < pages_per_column_; ++a)
-        read_ahead_->hint(column * pages_per_column_ + (hinted = a));
-    const std::int64_t page_first = local * per_page_;
-    const std::int64_t page_last = std::min(page_first + per_page_, n_);  // one past
+      for (std::int64_t a = std::max(local, hinted) + 1; a <= local + read_ahead_pages_ && a < stripe.pages; ++a)
+        read_ahead_->hint(stripe.base + (hinted = a));
+    const std::int64_t page_first = local * per_page;
+    const std::int64_t page_last = std::min(page_first + per_page, n_);  // one past
     const std::int64_t stop = std::min(end, page_last);
-    const std::int64_t page = column * pages_per_column_ + local;
-    const bool whole = k == page_first && stop == page_last;
+    const std::int64_t page = stripe.base + local;
+    // a page shared with other columns is never wholly this column's to overwrite
+    const bool whole = stripe.width == 1 && k == page_first && stop == page_last;
     if (!kWrite && read_ahead) read_ahead_->cancel(page);  // reached: a late hint would only reload it
     const auto access = !kWrite ? PageCache::Access::Read : whole ? PageCache::Access::Overwrite
                                                                   : PageCache::Access::Modify;
     {
       const PageHandle h = cache_->pin(page, access);
-      unsigned char* p = h.data() + (k - page_first) * kElementBytes;
+      unsigned char* p = h.data() + col.offset + (k - page_first) * kElementBytes;
       unsigned char* b = buf + (k - begin) * stride * kElementBytes;
       if (stride == 1) {
         const auto bytes = static_cast<std::size_t>((stop - k) * kElementBytes);
@@ -224,10 +287,17 @@ void ParticleStore::write_column(const std::string& field, int component, std::i
   copy_column<true>(col + component, begin, count, bytes, 1, false);
 }
 
-void ParticleStore::discard(const std::string& field) {
-  const std::int64_t col = first_column(field);
-  const int comps = this->field(field).components;
-  cache_->discard(col * pages_per_column_, comps * pages_per_column_);  // a field's columns are adjacent
+void ParticleStore::discard_fields(const std::vector<std::string>& fields) {
+  std::vector<std::uint8_t> listed(columns_.size(), 0);
+  for (const std::string& f : fields) {
+    const std::int64_t col = first_column(f);
+    for (int k = 0; k < this->field(f).components; ++k) listed[static_cast<std::size_t>(col + k)] = 1;
+  }
+  std::vector<int> dead(stripes_.size(), 0);  // listed columns per stripe
+  for (std::size_t k = 0; k < columns_.size(); ++k) dead[columns_[k].stripe] += listed[k];
+  // a stripe with a column not listed keeps its pages: only a hint is dropped
+  for (std::size_t st = 0; st < stripes_.size(); ++st)
+    if (dead[st] == stripes_[st].width) cache_->discard(stripes_[st].base, stripes_[st].pages);
 }
 
 void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int64_t end) {
@@ -235,12 +305,17 @@ void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int6
   const int comps = this->field(field).components;
   check_range(field, begin, end - begin);
   if (end <= begin) return;
-  // pages whose last particle, (p + 1) per - 1 (or the store's last), lies in [begin, end)
-  const std::int64_t per = per_page_;
-  const std::int64_t first = begin / per;
-  const std::int64_t last = end == size() ? (end - 1) / per : end / per - 1;
-  if (last < first) return;
-  for (int k = 0; k < comps; ++k) cache_->cool((col + k) * pages_per_column_ + first, last - first + 1);
+  std::size_t done = stripes_.size();  // a field's columns in one stripe are cooled once
+  for (int k = 0; k < comps; ++k) {
+    const std::size_t st = columns_[static_cast<std::size_t>(col + k)].stripe;
+    if (st == done) continue;
+    done = st;
+    // pages whose last particle, (p + 1) per - 1 (or the store's last), lies in [begin, end)
+    const std::int64_t per = stripes_[st].per_page;
+    const std::int64_t first = begin / per;
+    const std::int64_t last = end == size() ? (end - 1) / per : end / per - 1;
+    if (last >= first) cache_->cool(stripes_[st].base + first, last - first + 1);
+  }
 }
 
 void ParticleStore::flush() { cache_->flush(); }

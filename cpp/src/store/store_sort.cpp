@@ -20,20 +20,42 @@ namespace gravpipe {
 
 namespace {
 
-// Bytes per particle of a run in memory: positions (24), keys and their order, twice in the
-// radix sort (32), one column in and out (16); 72, rounded to what the budget plans.
-constexpr std::uint64_t kRunBytesPerParticle = 72;
+// Bytes per particle of a run in memory: positions and masses (32), keys and their order,
+// twice in the radix sort (32), one column in and out (16); 80, rounded to what the budget
+// plans. Masses are read with the positions: they share their pages (the page group "body"),
+// which a later read would find evicted by the run's other columns and the next run's loads.
+constexpr std::uint64_t kRunBytesPerParticle = 80;
 // a kick-drift holds the run's velocities (24) and one column of accelerations (8) besides
 constexpr std::uint64_t kKickDriftRunBytesPerParticle = kRunBytesPerParticle + 32;
-// overlapped reads hold a second LoadedRun: positions (24), and with a kick-drift velocities
-// and a column of accelerations (32)
-constexpr std::uint64_t kSecondLoadBytes = 24, kSecondLoadKickDriftBytes = 24 + 32;
+// overlapped reads hold a second LoadedRun: positions and masses (32), and with a kick-drift
+// velocities and a column of accelerations (32)
+constexpr std::uint64_t kSecondLoadBytes = 32, kSecondLoadKickDriftBytes = 32 + 32;
 constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
 constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
+
+bool carries_mass(const StoreSortConfig& c) {
+  return std::find(c.carried.begin(), c.carried.end(), "mass") != c.carried.end();
+}
+
+/// `fields` reordered (stably) so that fields sharing their pages (a page group) come one
+/// after the other.
+std::vector<std::string> ordered_by_page(const ParticleStore& s, const std::vector<std::string>& fields) {
+  std::vector<std::string> out;
+  std::vector<std::uint8_t> taken(fields.size(), 0);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (taken[i]) continue;
+    const std::int64_t page = s.page_of(fields[i], 0, 0);
+    for (std::size_t j = i; j < fields.size(); ++j)
+      if (!taken[j] && s.page_of(fields[j], 0, 0) == page) taken[j] = 1, out.push_back(fields[j]);
+  }
+  return out;
+}
 
 void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   if (s.field("pos").components != 3 || s.field("pos").type != FieldType::F64)
     throw InputError("store sort: field 'pos' must be a float64 3-vector");
+  if (carries_mass(c) && (s.field("mass").components != 1 || s.field("mass").type != FieldType::F64))
+    throw InputError("store sort: field 'mass' must be a float64 scalar");
   for (const char* f : {"index", "key"})
     if (s.field(f).components != 1 || s.field(f).type != FieldType::I64)
       throw InputError(std::string("store sort: field '") + f + "' must be an int64 scalar");
@@ -70,11 +92,11 @@ CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>&
 /// with overlapped reads, the next run's is filled by a loader thread meanwhile.
 struct LoadedRun {
   std::int64_t b = 0, n = 0;           // particles [b, b + n)
-  std::vector<double> pos, vel, acc;   // acc: one component at a time
+  std::vector<double> pos, mass, vel, acc;  // acc: one component at a time
   AxisBounds drifted;                  // of every run this buffer has held
 
   void size_for(std::int64_t run, bool kick_drift) {
-    pos.resize(static_cast<std::size_t>(3 * run));
+    pos.resize(static_cast<std::size_t>(3 * run)), mass.resize(static_cast<std::size_t>(run));
     if (kick_drift) vel.resize(static_cast<std::size_t>(3 * run)), acc.resize(static_cast<std::size_t>(run));
   }
 };
@@ -85,11 +107,12 @@ struct RunScratch {
 };
 
 /// Read run [r.b, r.b + r.n)'s positions (unless `pos_loaded`: the bounds pass left them in
-/// r.pos) and, with a kick-drift, its velocities, both kicked and drifted; the drifted
-/// positions' bounds go into r.drifted.
+/// r.pos), masses and, with a kick-drift, its velocities, both kicked and drifted; the
+/// drifted positions' bounds go into r.drifted.
 void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, LoadedRun& r) {
   const std::int64_t b = r.b, n = r.n;
   if (!pos_loaded) s.read("pos", b, n, r.pos.data());
+  if (carries_mass(c)) s.read("mass", b, n, r.mass.data());
   if (!c.kick_drift) return;
   const double h = c.kick_drift->h, dt = c.kick_drift->dt;
   s.read("vel", b, n, r.vel.data());
@@ -127,16 +150,20 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
     k = e;
   }
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
+  // fields that share pages written one after the other, while those pages are in the cache
   for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
   s.write_column(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   s.write_column(name("index"), 0, b, n, out.data());
-  for (const std::string& f : c.carried) {
-    // positions, and velocities a kick-drift changed, are in memory: permute them from there
-    const std::vector<double>* held = f == "pos" ? &r.pos : f == "vel" && c.kick_drift ? &r.vel : nullptr;
-    for (int comp = 0; comp < s.field(f).components; ++comp) {
+  for (const std::string& f : ordered_by_page(s, c.carried)) {
+    // positions, masses, and velocities a kick-drift changed, are in memory: permute them from there
+    const std::vector<double>* held =
+        f == "pos" ? &r.pos : f == "mass" ? &r.mass : f == "vel" && c.kick_drift ? &r.vel : nullptr;
+    const int comps = s.field(f).components;
+    for (int comp = 0; comp < comps; ++comp) {
       if (held != nullptr) {
-        for (std::int64_t k = 0; k < n; ++k) std::memcpy(&out[k], &(*held)[3 * local[k] + comp], sizeof(double));
+        for (std::int64_t k = 0; k < n; ++k)
+          std::memcpy(&out[k], &(*held)[comps * local[k] + comp], sizeof(double));
       } else {
         s.read_column(f, comp, b, n, in.data());
         for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
@@ -189,29 +216,56 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
   }
 }
 
-/// Every carried field, column by column, from the runs (twins) into curve order.
+/// A carried column: field and component.
+using CarriedColumn = std::pair<std::string, int>;
+
+/// The carried columns in sets that share their pages (a page group: pos and mass), each
+/// column of an ungrouped field a set of its own.
+std::vector<std::vector<CarriedColumn>> columns_by_page(const ParticleStore& s, const StoreSortConfig& c) {
+  std::vector<std::vector<CarriedColumn>> sets;
+  std::vector<std::int64_t> first_page;
+  for (const std::string& f : c.carried)
+    for (int comp = 0; comp < s.field(f).components; ++comp) {
+      const std::int64_t page = s.page_of(f, comp, 0);
+      const auto it = std::find(first_page.begin(), first_page.end(), page);
+      if (it != first_page.end()) {
+        sets[static_cast<std::size_t>(it - first_page.begin())].emplace_back(f, comp);
+      } else {
+        first_page.push_back(page);
+        sets.push_back({{f, comp}});
+      }
+    }
+  return sets;
+}
+
+/// Every carried field from the runs (twins) into curve order, a set of columns that share
+/// their pages at a time, chunk by chunk, so that each page is written whole while it is in
+/// the cache (the fields discarded first: no page is read to be overwritten).
 void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
                     const std::vector<std::uint16_t>& from) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
+  s.discard_fields(c.carried);  // the twins hold every value now
   std::vector<std::int64_t> out(kChunk), slices(kChunk), cursor(k_runs), count(k_runs), at(k_runs);
-  for (const std::string& f : c.carried)
-    for (int comp = 0; comp < s.field(f).components; ++comp) {
-      std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
-      for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
-        const std::int64_t m = std::min(kChunk, n - k0);
-        std::fill(count.begin(), count.end(), 0);
-        for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
+  for (const std::vector<CarriedColumn>& set : columns_by_page(s, c)) {
+    std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
+    for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
+      const std::int64_t m = std::min(kChunk, n - k0);
+      std::fill(count.begin(), count.end(), 0);
+      for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
+      for (const auto& [f, comp] : set) {
         std::int64_t off = 0;
         for (std::size_t r = 0; r < k_runs; ++r) {
           at[r] = off;
           if (count[r] > 0) s.read_column(sort_twin(f), comp, cursor[r], count[r], slices.data() + off);
-          off += count[r], cursor[r] += count[r];
+          off += count[r];
         }
         for (std::int64_t k = 0; k < m; ++k) out[k] = slices[at[from[k0 + k]]++];
         s.write_column(f, comp, k0, m, out.data());
       }
+      for (std::size_t r = 0; r < k_runs; ++r) cursor[r] += count[r];
     }
+  }
 }
 
 /// Particles of a run that fits `buffer` at `bytes` a particle: all n, or runs that start on
@@ -219,7 +273,10 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
 std::int64_t run_length(const ParticleStore& s, std::uint64_t buffer, std::uint64_t bytes) {
   const std::int64_t n = s.size();
   std::int64_t run = std::min<std::int64_t>(n, static_cast<std::int64_t>(buffer / bytes));
-  if (run < n && run > s.particles_per_page()) run -= run % s.particles_per_page();
+  // the longest page of any field: the others' page lengths divide it (page_bytes / 8 / width)
+  std::int64_t per_page = 1;
+  for (const FieldSpec& f : s.fields()) per_page = std::max(per_page, s.particles_per_page(f.name));
+  if (run < n && run > per_page) run -= run % per_page;
   return std::max<std::int64_t>(run, 1);
 }
 
@@ -258,6 +315,11 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   // a kick-drift's longer records would need too many runs: the caller's plain pass does it
   if (kick_drift && k_runs > kMaxRuns) return st;
   check_fields(s, c, k_runs > 1);
+  if (k_runs > 1) {  // the twins are scratch: every value the runs write, none read before
+    std::vector<std::string> twins{sort_twin("key"), sort_twin("index")};
+    for (const std::string& f : c.carried) twins.push_back(sort_twin(f));
+    s.discard_fields(twins);
+  }
   const Reservation buffers = s.budget().reserve(c.buffer_bytes, "the sort buffer");
   st.runs = k_runs, st.run_particles = run;
 

@@ -41,7 +41,7 @@ class PagedKeys {
   explicit PagedKeys(ParticleStore& s)
       : slots_(s.cache(), kKeySlots, PageCache::Access::Read),
         base_(s.page_of("key", 0, 0)),
-        per_page_(s.particles_per_page()) {
+        per_page_(s.particles_per_page("key")) {
     while ((std::int64_t{1} << shift_) < per_page_) ++shift_;
     if ((std::int64_t{1} << shift_) != per_page_) shift_ = -1;  // not a power of two: divide
   }
@@ -268,8 +268,12 @@ void PagedTree::self_forces(const std::string& acc_field, const std::string& pot
   // a cache that holds every page the walk touches (x, y, z, m read; acc and pot written;
   // a hook's velocities) keeps what the moments just read: the prefetch's footprint walks
   // would only take CPU from the compute threads (6% of it at N = 1e7)
-  const std::int64_t column_pages = (store_.size() + store_.particles_per_page() - 1) / store_.particles_per_page();
-  const bool all_cached = store_.frames() >= 11 * column_pages + threads_ + 2;
+  const auto pages_of = [this](const std::string& f) {
+    return (store_.size() + store_.particles_per_page(f) - 1) / store_.particles_per_page(f);
+  };
+  const std::int64_t touched = pages_of("pos") * (store_.page_of("pos", 0, 0) == store_.page_of("mass", 0, 0) ? 1 : 4) +
+                               7 * pages_of("acc");
+  const bool all_cached = store_.frames() >= touched + threads_ + 2;
   if (prefetch_runs_ > 0 && !all_cached) {
     prefetch = std::make_unique<WalkPrefetch>(store_, *cells_, groups_,
                                               MacParams{params_.G, params_.alpha, params_.quadrupole}, threads_,

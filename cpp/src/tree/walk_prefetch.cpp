@@ -20,13 +20,16 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
       groups_(groups),
       mac_(mac),
       depth_(std::max(depth, 1)),
-      per_page_(store.particles_per_page()),
+      per_page_(store.particles_per_page(pos)),
       cursors_(static_cast<std::size_t>(std::max(threads, 1))) {
+  for (int c = 0; c < 4; ++c) {
+    const std::int64_t base = c < 3 ? store_.page_of(pos, c, 0) : store_.page_of(mass, 0, 0);
+    if (std::find(bases_.begin(), bases_.end(), base) == bases_.end()) bases_.push_back(base);
+  }
   // every frame but one per thread for transient pins (copied blocks, results), one for
-  // the read-ahead thread and a spare, in sets of x, y, z, m
-  room_pages_ = (store_.frames() - static_cast<std::int64_t>(cursors_.size()) - 2) / 4;
-  for (int c = 0; c < 3; ++c) column_base_[c] = store_.page_of(pos, c, 0);
-  column_base_[3] = store_.page_of(mass, 0, 0);
+  // the read-ahead thread and a spare, in sets of the pages that hold x, y, z, m
+  room_pages_ = (store_.frames() - static_cast<std::int64_t>(cursors_.size()) - 2) /
+                static_cast<std::int64_t>(bases_.size());
   runs_ = make_runs(groups_);
   table_charge_ = store_.budget().reserve(runs_.size() * (sizeof(runs_[0]) + sizeof(std::int64_t)),
                                           "the walk prefetch's table of " + std::to_string(runs_.size()) + " runs");
@@ -187,7 +190,7 @@ void WalkPrefetch::serve() {
     for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; ++q) {
       lock.unlock();
       bool failed = false;
-      for (const std::int64_t base : column_base_) {
+      for (const std::int64_t base : bases_) {
         try {
           store_.prefetch(base + pages[q]);
         } catch (...) {  // reported again, with its message, by the compute thread's own pin

@@ -78,7 +78,7 @@ class WalkPrefetch {
   const MacParams mac_;
   const std::int64_t depth_;
   std::int64_t per_page_;
-  std::int64_t column_base_[4];  // first page of the x, y, z, m columns
+  std::vector<std::int64_t> bases_;  // the distinct first pages of the x, y, z, m columns
   Reservation table_charge_;
   std::vector<std::pair<std::size_t, std::size_t>> runs_;
   std::vector<std::int64_t> run_begin_;  // first i-particle of each run, ascending
