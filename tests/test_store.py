@@ -267,6 +267,29 @@ def test_pos_and_mass_share_pages_column_after_column(tmp_path):
         assert np.array_equal(s.read("pos", 0, n), pos) and np.array_equal(s.read("mass", 0, n), mass)
 
 
+def test_a_page_group_larger_than_the_cache_moves_each_page_once(tmp_path):
+    """Reading or writing pos (three of the four columns of each page of the group) over a
+    range of 64 pages with a cache of 8 goes page by page, every component: each page is
+    read once (and, for a write, written back once, its masses kept), not once a column."""
+    per = PAGE // 32
+    n = 64 * per
+    rng = np.random.default_rng(9)
+    pos, pos2, mass = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.uniform(size=n)
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=1,
+                       read_ahead=0) as s:
+        s.write("pos", 0, pos)
+        s.write("mass", 0, mass)
+        s.evict_all()
+        s.reset_stats()
+        assert np.array_equal(s.read("pos", 0, n), pos)
+        assert s.stats()["pages_read"] == 64
+        s.reset_stats()
+        s.write("pos", 0, pos2)
+        s.evict_all()
+        assert s.stats()["pages_read"] == 64 and s.stats()["pages_written"] == 64
+        assert np.array_equal(s.read("pos", 0, n), pos2) and np.array_equal(s.read("mass", 0, n), mass)
+
+
 def test_discarding_one_field_of_a_page_group_keeps_the_others(tmp_path):
     """pos and mass share pages: discarding pos alone must not drop mass (the pages stay);
     discarding both lets the pages go."""

@@ -3,7 +3,9 @@ fixed-size pages of a scratch file, in curve order, read and written through an 
 cache that stays within a byte budget.
 
 Each field is kept as structure-of-arrays columns (``pos`` is three columns x, y, z), each
-column cut into pages of ``page_bytes`` (``page_bytes / 8`` particles). The cache evicts with
+column cut into pages of ``page_bytes`` (``page_bytes / 8`` particles), except that the
+columns of a page group (:data:`PAGE_GROUPS`: pos and mass) share their pages, one after the
+other (``page_bytes / 32`` particles of x, y, z and m a page). The cache evicts with
 CLOCK (or LRU), writes dirty pages back with a CRC32C that is checked on every read from the
 file (a mismatch raises :class:`~gravpipe.errors.ChecksumError` naming the page: corrupt data
 is never used), and a background thread reads ahead along the curve so that I/O overlaps
@@ -52,6 +54,8 @@ def _page_group(name: str) -> str:
     if name.endswith("~") and name[:-1] in PAGE_GROUPS:
         return PAGE_GROUPS[name[:-1]] + "~"
     return PAGE_GROUPS.get(name, "")
+
+
 DEFAULT_PAGE_BYTES = 1 << 20
 #: frames (of both the particles' and the cells' caches) the automatic page size aims for
 AUTO_PAGE_FRAMES = 1024

@@ -163,6 +163,9 @@ class ParticleStore {
   template <bool kWrite>
   void copy_column(std::int64_t column, std::int64_t begin, std::int64_t count, unsigned char* buf, int stride,
                    bool read_ahead);
+  /// Every component of a field, row-major in `bytes`, through copy_column.
+  template <bool kWrite>
+  void copy_field(std::int64_t column, int components, std::int64_t begin, std::int64_t count, unsigned char* bytes);
   std::int64_t first_column(const std::string& field) const;
   void check_range(const std::string& field, std::int64_t begin, std::int64_t count) const;
   std::string name_page(std::int64_t page) const;

@@ -241,20 +241,36 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
   }
 }
 
+template <bool kWrite>
+void ParticleStore::copy_field(std::int64_t col, int comps, std::int64_t begin, std::int64_t count,
+                               unsigned char* bytes) {
+  const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
+  if (stripe.width == 1) {  // each component a column of its own: one sweep each
+    for (int k = 0; k < comps; ++k) copy_column<kWrite>(col + k, begin, count, bytes + k * kElementBytes, comps, !kWrite);
+    return;
+  }
+  // components sharing pages: page by page, every component, so that a range larger than
+  // the cache does not read (and write back) each page once per component
+  const std::int64_t end = begin + count;
+  for (std::int64_t k0 = begin; k0 < end;) {
+    const std::int64_t stop = std::min(end, (k0 / stripe.per_page + 1) * stripe.per_page);
+    for (int k = 0; k < comps; ++k)
+      copy_column<kWrite>(col + k, k0, stop - k0, bytes + ((k0 - begin) * comps + k) * kElementBytes, comps, !kWrite);
+    k0 = stop;
+  }
+}
+
 void ParticleStore::write(const std::string& field, std::int64_t begin, std::int64_t count, const void* values) {
   const std::int64_t col = first_column(field);
   check_range(field, begin, count);
-  const int comps = this->field(field).components;
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
-  for (int k = 0; k < comps; ++k) copy_column<true>(col + k, begin, count, bytes + k * kElementBytes, comps, false);
+  copy_field<true>(col, this->field(field).components, begin, count, bytes);
 }
 
 void ParticleStore::read(const std::string& field, std::int64_t begin, std::int64_t count, void* out) {
   const std::int64_t col = first_column(field);
   check_range(field, begin, count);
-  const int comps = this->field(field).components;
-  auto* bytes = static_cast<unsigned char*>(out);
-  for (int k = 0; k < comps; ++k) copy_column<false>(col + k, begin, count, bytes + k * kElementBytes, comps, true);
+  copy_field<false>(col, this->field(field).components, begin, count, static_cast<unsigned char*>(out));
 }
 
 void ParticleStore::read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,

@@ -37,18 +37,26 @@ bool carries_mass(const StoreSortConfig& c) {
   return std::find(c.carried.begin(), c.carried.end(), "mass") != c.carried.end();
 }
 
-/// `fields` reordered (stably) so that fields sharing their pages (a page group) come one
-/// after the other.
-std::vector<std::string> ordered_by_page(const ParticleStore& s, const std::vector<std::string>& fields) {
-  std::vector<std::string> out;
-  std::vector<std::uint8_t> taken(fields.size(), 0);
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    if (taken[i]) continue;
-    const std::int64_t page = s.page_of(fields[i], 0, 0);
-    for (std::size_t j = i; j < fields.size(); ++j)
-      if (!taken[j] && s.page_of(fields[j], 0, 0) == page) taken[j] = 1, out.push_back(fields[j]);
-  }
-  return out;
+/// A carried column: field and component.
+using CarriedColumn = std::pair<std::string, int>;
+
+/// The carried columns in sets that share their pages (a page group: pos and mass), each
+/// column of an ungrouped field a set of its own.
+std::vector<std::vector<CarriedColumn>> columns_by_page(const ParticleStore& s, const StoreSortConfig& c) {
+  std::vector<std::vector<CarriedColumn>> sets;
+  std::vector<std::int64_t> first_page;
+  for (const std::string& f : c.carried)
+    for (int comp = 0; comp < s.field(f).components; ++comp) {
+      const std::int64_t page = s.page_of(f, comp, 0);
+      const auto it = std::find(first_page.begin(), first_page.end(), page);
+      if (it != first_page.end()) {
+        sets[static_cast<std::size_t>(it - first_page.begin())].emplace_back(f, comp);
+      } else {
+        first_page.push_back(page);
+        sets.push_back({{f, comp}});
+      }
+    }
+  return sets;
 }
 
 void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
@@ -111,8 +119,13 @@ struct RunScratch {
 /// drifted positions' bounds go into r.drifted.
 void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, LoadedRun& r) {
   const std::int64_t b = r.b, n = r.n;
-  if (!pos_loaded) s.read("pos", b, n, r.pos.data());
-  if (carries_mass(c)) s.read("mass", b, n, r.mass.data());
+  // positions and masses share pages: read together, a few pages at a time, so that a run
+  // longer than the cache holds does not read each page twice
+  for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - k0);
+    if (!pos_loaded) s.read("pos", b + k0, m, r.pos.data() + 3 * k0);
+    if (carries_mass(c)) s.read("mass", b + k0, m, r.mass.data() + k0);
+  }
   if (!c.kick_drift) return;
   const double h = c.kick_drift->h, dt = c.kick_drift->dt;
   s.read("vel", b, n, r.vel.data());
@@ -150,20 +163,44 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
     k = e;
   }
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
-  // fields that share pages written one after the other, while those pages are in the cache
   for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
   s.write_column(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   s.write_column(name("index"), 0, b, n, out.data());
-  for (const std::string& f : ordered_by_page(s, c.carried)) {
-    // positions, masses, and velocities a kick-drift changed, are in memory: permute them from there
-    const std::vector<double>* held =
-        f == "pos" ? &r.pos : f == "mass" ? &r.mass : f == "vel" && c.kick_drift ? &r.vel : nullptr;
+  // positions, masses, and velocities a kick-drift changed, are in memory: permuted from there
+  const auto held = [&](const std::string& f) -> const std::vector<double>* {
+    return f == "pos" ? &r.pos : f == "mass" ? &r.mass : f == "vel" && c.kick_drift ? &r.vel : nullptr;
+  };
+  if (!to_twin) {  // in place: the pages of what memory holds need not be read to be overwritten
+    std::vector<std::string> in_memory;
+    for (const std::string& f : c.carried)
+      if (held(f) != nullptr) in_memory.push_back(f);
+    s.discard_fields(in_memory);
+  }
+  const auto gather = [&](const std::string& f, int comp, std::int64_t k0, std::int64_t m, std::int64_t* o) {
+    const std::vector<double>& h = *held(f);
     const int comps = s.field(f).components;
-    for (int comp = 0; comp < comps; ++comp) {
-      if (held != nullptr) {
-        for (std::int64_t k = 0; k < n; ++k)
-          std::memcpy(&out[k], &(*held)[comps * local[k] + comp], sizeof(double));
+    for (std::int64_t k = 0; k < m; ++k) std::memcpy(&o[k], &h[comps * local[k0 + k] + comp], sizeof(double));
+  };
+  for (const std::vector<CarriedColumn>& set : columns_by_page(s, c)) {
+    const bool all_held = std::all_of(set.begin(), set.end(), [&](const CarriedColumn& col) { return held(col.first); });
+    if (set.size() > 1 && all_held) {
+      // a page group: chunk by chunk, every column of it, so that its pages are written whole
+      // while they are in the cache (column by column, each page would be read and written
+      // once per column when the run's pages outgrow the cache)
+      const std::int64_t chunk = kChunk / static_cast<std::int64_t>(set.size());
+      for (std::int64_t k0 = 0; k0 < n; k0 += chunk) {
+        const std::int64_t m = std::min(chunk, n - k0);
+        for (const auto& [f, comp] : set) {
+          gather(f, comp, k0, m, out.data());
+          s.write_column(name(f), comp, b + k0, m, out.data());
+        }
+      }
+      continue;
+    }
+    for (const auto& [f, comp] : set) {
+      if (held(f) != nullptr) {
+        gather(f, comp, 0, n, out.data());
       } else {
         s.read_column(f, comp, b, n, in.data());
         for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
@@ -216,54 +253,43 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
   }
 }
 
-/// A carried column: field and component.
-using CarriedColumn = std::pair<std::string, int>;
-
-/// The carried columns in sets that share their pages (a page group: pos and mass), each
-/// column of an ungrouped field a set of its own.
-std::vector<std::vector<CarriedColumn>> columns_by_page(const ParticleStore& s, const StoreSortConfig& c) {
-  std::vector<std::vector<CarriedColumn>> sets;
-  std::vector<std::int64_t> first_page;
-  for (const std::string& f : c.carried)
-    for (int comp = 0; comp < s.field(f).components; ++comp) {
-      const std::int64_t page = s.page_of(f, comp, 0);
-      const auto it = std::find(first_page.begin(), first_page.end(), page);
-      if (it != first_page.end()) {
-        sets[static_cast<std::size_t>(it - first_page.begin())].emplace_back(f, comp);
-      } else {
-        first_page.push_back(page);
-        sets.push_back({{f, comp}});
-      }
-    }
-  return sets;
-}
-
 /// Every carried field from the runs (twins) into curve order, a set of columns that share
-/// their pages at a time, chunk by chunk, so that each page is written whole while it is in
-/// the cache (the fields discarded first: no page is read to be overwritten).
+/// their pages at a time, in chunks of kChunk / (the set's columns) particles: each run's
+/// slice of every column of the set read one after the other (their twin pages shared), then
+/// each column of the chunk written, so that a page of the set is read and written whole
+/// while it is in the cache (the fields discarded first: no page is read to be overwritten).
 void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
                     const std::vector<std::uint16_t>& from) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
   s.discard_fields(c.carried);  // the twins hold every value now
   std::vector<std::int64_t> out(kChunk), slices(kChunk), cursor(k_runs), count(k_runs), at(k_runs);
+  std::vector<std::int32_t> source(kChunk);  // where each output particle's values lie in a column's slices
   for (const std::vector<CarriedColumn>& set : columns_by_page(s, c)) {
+    const auto width = static_cast<std::int64_t>(set.size());
+    const std::int64_t chunk = kChunk / width;
     std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
-    for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
-      const std::int64_t m = std::min(kChunk, n - k0);
+    for (std::int64_t k0 = 0; k0 < n; k0 += chunk) {
+      const std::int64_t m = std::min(chunk, n - k0);
       std::fill(count.begin(), count.end(), 0);
       for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
-      for (const auto& [f, comp] : set) {
-        std::int64_t off = 0;
-        for (std::size_t r = 0; r < k_runs; ++r) {
-          at[r] = off;
-          if (count[r] > 0) s.read_column(sort_twin(f), comp, cursor[r], count[r], slices.data() + off);
-          off += count[r];
+      std::int64_t off = 0;
+      for (std::size_t r = 0; r < k_runs; ++r) {
+        at[r] = off;
+        for (std::int64_t q = 0; q < width && count[r] > 0; ++q) {
+          const auto& [f, comp] = set[static_cast<std::size_t>(q)];
+          s.read_column(sort_twin(f), comp, cursor[r], count[r], slices.data() + q * chunk + off);
         }
-        for (std::int64_t k = 0; k < m; ++k) out[k] = slices[at[from[k0 + k]]++];
-        s.write_column(f, comp, k0, m, out.data());
+        off += count[r], cursor[r] += count[r];
       }
-      for (std::size_t r = 0; r < k_runs; ++r) cursor[r] += count[r];
+      for (std::int64_t k = 0; k < m; ++k) source[k] = static_cast<std::int32_t>(at[from[k0 + k]]++);
+      for (std::int64_t q = 0; q < width; ++q) {
+        const std::int64_t* in = slices.data() + q * chunk;
+        std::int64_t* o = out.data() + q * chunk;
+        for (std::int64_t k = 0; k < m; ++k) o[k] = in[source[k]];
+        const auto& [f, comp] = set[static_cast<std::size_t>(q)];
+        s.write_column(f, comp, k0, m, o);
+      }
     }
   }
 }
