@@ -172,6 +172,11 @@ void bind_store(nb::module_& m) {
                         make_config("", n, fields, page_bytes, 0, 0, "clock", "auto", read_ahead, threads));
                   },
                   nb::arg("n"), nb::arg("fields"), nb::arg("page_bytes"), nb::arg("read_ahead"), nb::arg("threads"))
+      .def_static("page_count",
+                  [](std::int64_t n, const std::vector<FieldTuple>& fields, std::size_t page_bytes) {
+                    return ParticleStore::page_count(make_config("", n, fields, page_bytes, 0, 0, "clock", "auto", 0, 1));
+                  },
+                  nb::arg("n"), nb::arg("fields"), nb::arg("page_bytes"))
       .def("write_f64", [](StoreBox& b, const std::string& f, std::int64_t begin, AnyF64 v) {
         write_field(b, f, begin, v, FieldType::F64);
       })

@@ -110,15 +110,9 @@ def _field_list(extra_fields: Mapping[str, int | tuple[int, str]] | None) -> lis
 
 def page_count(n: int, page_bytes: int, extra_fields: Mapping[str, int | tuple[int, str]] | None = None) -> int:
     """Pages of the scratch file for ``n`` particles: a column of its own takes
-    ceil(n / (page_bytes / 8)), a page group of w columns ceil(n / (page_bytes / 8 / w))."""
-    widths: dict[str, int] = {}
-    pages = 0
-    for name, comps, _, group in _field_list(extra_fields):
-        if group:
-            widths[group] = widths.get(group, 0) + comps
-        else:
-            pages += comps * -(-n // (page_bytes // 8))
-    return pages + sum(-(-n // (page_bytes // 8 // w)) for w in widths.values())
+    ceil(n / (page_bytes / 8)), a page group of w columns ceil(n / (page_bytes / 8 / w))
+    (the store's own layout, ParticleStore::page_count)."""
+    return int(_core.ParticleStore.page_count(int(n), _field_list(extra_fields), int(page_bytes)))
 
 
 class ParticleStore:

@@ -74,6 +74,9 @@ class ParticleStore {
   /// The least budget_bytes that config can run with: the page tables plus threads + 2 frames
   /// (+1 for read-ahead) of page_bytes.
   static std::uint64_t least_budget(const StoreConfig& config);
+  /// Pages of the scratch file for config: ceil(n / (page_bytes / 8)) a column of its own,
+  /// ceil(n / (page_bytes / 8 / w)) a page group of w columns.
+  static std::int64_t page_count(const StoreConfig& config);
 
   /// Particles [begin, begin + count) of `field` from `values`: count x components 8-byte
   /// elements, row-major (the numpy (count, 3) layout).

@@ -103,6 +103,12 @@ std::vector<FieldSpec> default_fields() {
           {"id", 1, FieldType::I64, ""},      {"acc", 3, FieldType::F64, ""}, {"pot", 1, FieldType::F64, ""}};
 }
 
+std::int64_t ParticleStore::page_count(const StoreConfig& c) {
+  check_config(c);
+  PageFile::check_page_bytes(c.page_bytes);
+  return total_pages(c);
+}
+
 std::uint64_t ParticleStore::least_budget(const StoreConfig& c) {
   PageFile::check_page_bytes(c.page_bytes);  // before pages are counted in units of it
   return static_cast<std::uint64_t>(total_pages(c)) * kTableBytesPerPage +
