@@ -124,6 +124,59 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
     assert np.array_equal(pos, q.pos) and np.array_equal(vel, q.vel)
 
 
+@pytest.mark.parametrize("buffer", [RUN * 1100, RUN_KD * 3000])  # several runs; one (n), in place
+@pytest.mark.parametrize("ids,derived", [("offset", True), ("shuffled", False), ("broken", False)])
+def test_ids_written_from_the_index_or_carried_follow_their_particles(tmp_path, ids, derived, buffer):
+    """Ids that are the caller's index plus a constant (checked block by block as the store is
+    filled) are written from the sorted index instead of being carried through the sort;
+    any others (shuffled, or a block that breaks the pattern) are carried. Either way every
+    particle keeps its id: the steps equal the in-core leapfrog's, ids included, bit for bit."""
+    n, dt = 3000, 1 / 64
+    q = gp.ic.plummer(n, seed=4)
+    new_ids = {"offset": np.arange(n) + 10**12, "shuffled": np.random.default_rng(1).permutation(n) * 7 - 5,
+               "broken": np.arange(n) + (np.arange(n) >= 2000)}[ids]
+    p = gp.Particles(q.pos, q.vel, q.mass, new_ids)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=2)
+    sim.evolve(3 * dt)
+    with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE + buffer, chunk=1000, eps=EPS, threads=2,
+                                  page_bytes=PAGE, sort_buffer=buffer) as o:
+        assert ("id" not in o._carried()) == derived
+        for _ in range(3):
+            st = o.step(dt)
+        assert st.kick_drift_in_sort and ("id" not in o._carried()) == derived
+        assert (st.sort_detail["runs"] > 1) == (buffer < RUN_KD * n)
+        got = {f: o.gather(f) for f in ("id", "pos", "vel")}
+        assert np.array_equal(o.store.read("id", 0, n), new_ids[o.store.read("index", 0, n)])
+    r = sim.particles
+    assert np.array_equal(got["id"], new_ids) and np.array_equal(r.id, new_ids)
+    assert np.array_equal(got["pos"], r.pos) and np.array_equal(got["vel"], r.vel)
+
+
+def test_checkpoint_resume_keeps_ids_written_from_the_index(tmp_path):
+    """A store restored from a checkpoint (its curve order, with the saved caller indices)
+    still writes its ids from the index, and steps on as the original store does, bit for bit."""
+    n, dt = 2000, 1 / 64
+    p = gp.ic.plummer(n, seed=9)
+    p = gp.Particles(p.pos, p.vel, p.mass, np.arange(n) + 3)
+    kw = dict(eps=EPS, threads=2, page_bytes=PAGE, sort_buffer=RUN_KD * 1024)
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", **kw) as o:
+        o.step(dt)
+        o.write_checkpoint(tmp_path / "c.h5", {}, {})
+        with OutOfCore.from_checkpoint(tmp_path / "c.h5", tmp_path, "64MiB", chunk=700, **kw) as r:
+            assert "id" not in r._carried() and "id" not in o._carried()
+            for ooc in (o, r):
+                ooc.step(dt), ooc.step(dt)
+            for f in ("pos", "vel", "mass", "id", "index", "key"):
+                assert np.array_equal(r.store.read(f, 0, n), o.store.read(f, 0, n)), f
+
+
+def test_sort_refuses_ids_both_carried_and_written_from_the_index(tmp_path):
+    with OutOfCore.from_particles(gp.ic.plummer(500, seed=1), tmp_path, "64MiB", page_bytes=PAGE) as o:
+        with pytest.raises(ValueError, match="'id' is written from the index"):
+            _core.store_sort_by_curve(o.store._core, ["pos", "vel", "mass", "id"], RUN * 1024, 1, None,
+                                      id_from_index=0)
+
+
 def test_sort_kick_drift_checks_its_predicted_frame(tmp_path):
     """The sort's kick-drift with the true bounds of the drifted positions gives the separate
     pass and the plain sort bit for bit; with bounds that miss by one ulp it leaves every

@@ -61,7 +61,9 @@ from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_T
 
 __all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "CHECKPOINT_STATE", "plan_budget", "tree_keep_free"]
 
-#: the fields the external sort carries (each with its twin "<name>~"), besides key and index
+#: the fields the external sort carries (each with its twin "<name>~"), besides key and index;
+#: "id" only when the ids are not the caller's index plus a constant (else the sort writes
+#: them from the sorted index: OutOfCore._carried)
 CARRIED = ["pos", "vel", "mass", "id"]
 #: fields of the out-of-core store beyond the store's defaults (pos, vel, mass, id, acc, pot)
 OOC_FIELDS: dict[str, tuple[int, str]] = {
@@ -298,6 +300,11 @@ class OutOfCore:
         # (dt, lo, hi): the bounds of the positions a kick-drift of dt will give, predicted
         # by the last closing kick; None when unknown or stale
         self._next_bounds: tuple[float, list[float], list[float]] | None = None
+        # c when every id is its particle's caller index + c (checked as blocks are written,
+        # which must come in order from 0): the sort then writes ids from the index instead
+        # of carrying them; None otherwise. _ids_written: particles whose ids were checked.
+        self._id_offset: int | None = None
+        self._ids_written = 0
         self.t = 0.0
         self.last = StepTimes()
         self.tree_stats: TreeStats | None = None
@@ -360,7 +367,8 @@ class OutOfCore:
                 raise
         return ooc
 
-    def _write_block(self, b: int, pos, vel, mass, ids) -> None:
+    def _write_block(self, b: int, pos, vel, mass, ids, index: np.ndarray | None = None) -> None:
+        """Particles [b, b + len(mass)): ``index`` their caller order (default: b, b + 1, ...)."""
         pos = np.ascontiguousarray(pos, np.float64)
         vel = np.ascontiguousarray(vel, np.float64)
         mass = np.ascontiguousarray(mass, np.float64)
@@ -371,11 +379,31 @@ class OutOfCore:
         self.store.write("pos", b, pos)
         self.store.write("vel", b, vel)
         self.store.write("mass", b, mass)
-        self.store.write("id", b, np.ascontiguousarray(ids, np.int64))
-        self.store.write("index", b, np.arange(b, b + len(mass), dtype=np.int64))
+        ids = np.ascontiguousarray(ids, np.int64)
+        index = np.arange(b, b + len(mass), dtype=np.int64) if index is None else np.ascontiguousarray(index, np.int64)
+        self.store.write("id", b, ids)
+        self.store.write("index", b, index)
+        self._note_ids(b, ids, index)
         self._sorted = False
         self._have_forces = False
         self._next_bounds = None
+
+    def _note_ids(self, b: int, ids: np.ndarray, index: np.ndarray) -> None:
+        """Keep _id_offset: the c with id = index + c (mod 2^64, as the sort adds them) over
+        every block written so far, in order from 0; None once a block breaks it."""
+        if b != self._ids_written or len(ids) == 0:
+            self._id_offset, self._ids_written = None, -1  # out of order: never derived
+            return
+        c = int(ids[0] - index[0])  # int64 arithmetic wraps mod 2^64, as the sort's does
+        if b == 0:
+            self._id_offset = c
+        if self._id_offset != c or not np.array_equal(ids - index, np.full(len(ids), c, np.int64)):
+            self._id_offset = None
+        self._ids_written = b + len(ids)
+
+    def _carried(self) -> list[str]:
+        """The fields the sort carries: "id" too unless it is written from the index."""
+        return [f for f in CARRIED if f != "id" or self._id_offset is None or self._ids_written != self.n]
 
     # ---- the stages ---------------------------------------------------------------------------
 
@@ -386,8 +414,9 @@ class OutOfCore:
         positions; if they miss (``"kick_drift_applied"`` False in the returned details) the
         store is left as it was, unsorted."""
         self._tree = None  # its cells' budget goes back first
-        d = dict(_core.store_sort_by_curve(self.store._core, CARRIED, self.plan.sort_buffer, self.threads,
-                                           kick_drift))
+        carried = self._carried()
+        d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
+                                           kick_drift, id_from_index=None if "id" in carried else self._id_offset))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
         return d
 
@@ -512,8 +541,10 @@ class OutOfCore:
             try:
                 for b, blk in zip(range(0, snap.n, chunk), snap.blocks(chunk)):
                     e = b + blk.n
-                    ooc._write_block(b, blk.pos, blk.vel, blk.mass, blk.id)
+                    ooc._write_block(b, blk.pos, blk.vel, blk.mass, blk.id, index=snap.state_rows("index", b, e))
                     for name, (_, dtype) in CHECKPOINT_STATE.items():
+                        if name == "index":
+                            continue  # written with the block
                         rows = snap.state_rows(name, b, e)
                         ooc.store.write(name, b, np.ascontiguousarray(rows, np.float64 if dtype == "f8" else np.int64))
                 ooc.t = snap.time

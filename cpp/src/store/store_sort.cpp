@@ -67,6 +67,12 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   for (const char* f : {"index", "key"})
     if (s.field(f).components != 1 || s.field(f).type != FieldType::I64)
       throw InputError(std::string("store sort: field '") + f + "' must be an int64 scalar");
+  if (c.id_from_index) {
+    if (std::find(c.carried.begin(), c.carried.end(), "id") != c.carried.end())
+      throw InputError("store sort: 'id' is written from the index (id_from_index): it must not be carried too");
+    if (s.field("id").components != 1 || s.field("id").type != FieldType::I64)
+      throw InputError("store sort: field 'id' must be an int64 scalar");
+  }
   if (c.kick_drift) {
     for (const char* f : {"vel", "acc"})
       if (s.field(f).components != 3 || s.field(f).type != FieldType::F64)
@@ -82,6 +88,15 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
       throw InputError("store sort: field '" + sort_twin(f) + "' differs in shape from '" + f + "'");
   }
   for (const char* f : {"index", "key"}) s.field(sort_twin(f));
+}
+
+/// "id" of particles [b, b + n) from their sorted caller indices (id_from_index): index +
+/// offset, in unsigned arithmetic (the caller checked that no id wraps). `scratch`: n values.
+void write_ids(ParticleStore& s, std::int64_t offset, std::int64_t b, std::int64_t n, const std::int64_t* index,
+               std::int64_t* scratch) {
+  for (std::int64_t k = 0; k < n; ++k)
+    scratch[k] = static_cast<std::int64_t>(static_cast<std::uint64_t>(index[k]) + static_cast<std::uint64_t>(offset));
+  s.write_column("id", 0, b, n, scratch);
 }
 
 /// The bounding cube of every position, read block by block (one block when the sort has one
@@ -167,6 +182,7 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   s.write_column(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   s.write_column(name("index"), 0, b, n, out.data());
+  if (c.id_from_index && !to_twin) write_ids(s, *c.id_from_index, b, n, out.data(), in.data());
   // positions, masses, and velocities a kick-drift changed, are in memory: permuted from there
   const auto held = [&](const std::string& f) -> const std::vector<double>* {
     return f == "pos" ? &r.pos : f == "mass" ? &r.mass : f == "vel" && c.kick_drift ? &r.vel : nullptr;
@@ -224,9 +240,10 @@ void refill(ParticleStore& s, RunHead& h, std::int64_t size) {
   s.read_column(sort_twin("index"), 0, h.buf_at, h.buf_n, h.index.data());
 }
 
-/// Merge the runs' (key, index): "key" and "index" in curve order, and the run of each
-/// output particle in `from`.
-void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from) {
+/// Merge the runs' (key, index): "key" and "index" (and "id" from the index, with
+/// `id_from_index`) in curve order, and the run of each output particle in `from`.
+void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from,
+                const std::optional<std::int64_t>& id_from_index) {
   using Top = std::tuple<std::uint64_t, std::int64_t, std::uint16_t>;  // key, index, run
   std::priority_queue<Top, std::vector<Top>, std::greater<Top>> heap;
   auto push = [&](std::size_t r) {
@@ -237,19 +254,33 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
     heap.emplace(static_cast<std::uint64_t>(h.key[q]), h.index[q], static_cast<std::uint16_t>(r));
   };
   for (std::size_t r = 0; r < heads.size(); ++r) push(r);
-  std::vector<std::int64_t> key(kChunk), index(kChunk);
+  std::vector<std::int64_t> key(kChunk), index(kChunk), ids(id_from_index ? kChunk : 0);
   const std::int64_t n = s.size();
   for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
     const std::int64_t m = std::min(kChunk, n - k0);
-    for (std::int64_t k = 0; k < m; ++k) {
+    for (std::int64_t k = 0; k < m;) {
       const auto [kk, ii, r] = heap.top();
       heap.pop();
       key[k] = static_cast<std::int64_t>(kk), index[k] = ii, from[k0 + k] = r;
-      ++heads[r].next;
+      ++heads[r].next, ++k;
+      // a gallop: the run's buffered particles that still precede every other run's head
+      // follow without the heap. After a step the runs are slices of the last step's curve
+      // order, so each run leads for most of its length ((key, index) pairs are distinct:
+      // the order is the heap's)
+      RunHead& h = heads[r];
+      const std::int64_t buffered_end = std::min(h.end, h.buf_at + h.buf_n);
+      while (k < m && h.next < buffered_end) {
+        const std::int64_t q = h.next - h.buf_at;
+        const auto next = std::make_pair(static_cast<std::uint64_t>(h.key[q]), h.index[q]);
+        if (!heap.empty() && std::make_pair(std::get<0>(heap.top()), std::get<1>(heap.top())) < next) break;
+        key[k] = h.key[q], index[k] = h.index[q], from[k0 + k] = r;
+        ++h.next, ++k;
+      }
       push(r);
     }
     s.write_column("key", 0, k0, m, key.data());
     s.write_column("index", 0, k0, m, index.data());
+    if (id_from_index) write_ids(s, *id_from_index, k0, m, index.data(), ids.data());
   }
 }
 
@@ -409,7 +440,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     h.end = std::min(n, h.next + run);
     h.key.resize(static_cast<std::size_t>(head_size)), h.index.resize(static_cast<std::size_t>(head_size));
   }
-  merge_runs(s, heads, head_size, from);
+  merge_runs(s, heads, head_size, from, c.id_from_index);
   std::vector<RunHead>().swap(heads);
   st.seconds_merge = seconds_since(t0);
 
