@@ -112,11 +112,18 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
                                   sort_buffer=buffer) as o:
         first = o.step(dt)
         assert not first.kick_drift_in_sort and first.kick_drift > 0 and first.sort_detail["runs"] == plain
+        assert [sum(v[k] for v in first.stage_bytes.values()) for k in (0, 1)] == [first.bytes_read,
+                                                                                first.bytes_written]
+        assert first.stage_bytes["kick_drift"][0] > 0
         for _ in range(2):
             st = o.step(dt)
             assert st.kick_drift_in_sort and st.kick_drift == 0
             assert st.sort_detail["runs"] == fused and st.sort_detail["kick_drift_applied"]
             assert st.bytes_read > 0 and st.bytes_written > 0
+            # the stages' traffic adds up to the step's; each paged stage moved pages
+            assert set(st.stage_bytes) == {"sort", "build_moments", "walk_forces"}
+            assert [sum(v[k] for v in st.stage_bytes.values()) for k in (0, 1)] == [st.bytes_read, st.bytes_written]
+            assert all(r > 0 and w > 0 for r, w in st.stage_bytes.values())
         pos, vel = o.gather("pos"), o.gather("vel")
         ids = o.gather("id")
     q = sim.particles

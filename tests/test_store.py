@@ -115,6 +115,18 @@ def small_store(tmp_path, n, **kw) -> ParticleStore:
     return ParticleStore(tmp_path, n, memory_budget=budget + 3 * PAGE, page_bytes=PAGE, **kw)
 
 
+def cold_body_store(tmp_path, pos, mass, threads: int, read_ahead: int) -> ParticleStore:
+    """A store of 8 cached pages holding ``pos`` and ``mass``, every page evicted to the file
+    and the counters reset: the next reads all come from the file."""
+    s = ParticleStore(tmp_path, len(mass), memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE,
+                      threads=threads, read_ahead=read_ahead)
+    s.write("pos", 0, pos)
+    s.write("mass", 0, mass)
+    s.evict_all()
+    s.reset_stats()
+    return s
+
+
 @pytest.mark.parametrize("eviction", ["clock", "lru"])
 def test_round_trip_bit_for_bit_through_a_few_pages(tmp_path, eviction):
     n = 20_000
@@ -275,12 +287,7 @@ def test_a_page_group_larger_than_the_cache_moves_each_page_once(tmp_path):
     n = 64 * per
     rng = np.random.default_rng(9)
     pos, pos2, mass = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.uniform(size=n)
-    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=1,
-                       read_ahead=0) as s:
-        s.write("pos", 0, pos)
-        s.write("mass", 0, mass)
-        s.evict_all()
-        s.reset_stats()
+    with cold_body_store(tmp_path, pos, mass, threads=1, read_ahead=0) as s:
         assert np.array_equal(s.read("pos", 0, n), pos)
         assert s.stats()["pages_read"] == 64
         s.reset_stats()
@@ -415,12 +422,7 @@ def test_paged_particles_blocks_equal_in_core_blocks_under_threads(tmp_path):
     n = 30_000
     rng = np.random.default_rng(5)
     pos, mass = rng.normal(size=(n, 3)), rng.random(n)
-    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=8 * PAGE, page_bytes=PAGE, threads=4,
-                       read_ahead=3) as s:
-        s.write("pos", 0, pos)
-        s.write("mass", 0, mass)
-        s.evict_all()
-        s.reset_stats()
+    with cold_body_store(tmp_path, pos, mass, threads=4, read_ahead=3) as s:
         begins = rng.integers(0, n, 600)
         ends = np.minimum(begins + rng.integers(0, 1500, 600), n)
         x, y, z, m = s.read_blocks(begins, ends, threads=4)

@@ -540,6 +540,7 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   f"{format_bytes(r['bytes_written'])} (cells {format_bytes(r['cell_bytes_written'])}), stalls "
                   f"{r['stall_seconds']:.2f} thread-s; {r['interactions_per_s_out_of_core']:.3g} interactions/s; "
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
+            print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
     if "demo" in args.what:
         if not args.file:
             raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
@@ -1082,6 +1083,19 @@ def _print_breakdown(t, wall: float) -> None:
     print(f"  host+transfer share {100 * t.host_transfer_share:.1f}%; {t.steps:,} steps, "
           f"{t.particle_steps:,} particle steps, {t.particle_steps_per_second:.3e} particle steps/s, "
           f"{t.interactions:,} interactions")
+
+
+def _stage_traffic(stage_bytes: dict, seconds: dict, n: int) -> str:
+    """'traffic: sort 3.1 GB (312 B/particle, 0.84 GB/s), ...': each paged stage's bytes read
+    and written, per particle and per second of the stage (to set against the disk's rate,
+    ``gravpipe bench storage``)."""
+    parts = []
+    for stage, (read, written) in stage_bytes.items():
+        secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        moved = read + written
+        rate = f", {moved / secs / 1e9:.2f} GB/s" if secs > 0 else ""
+        parts.append(f"{stage} {moved / 1e9:.2f} GB ({moved / n:.0f} B/particle{rate})")
+    return "traffic (read + written): " + ", ".join(parts)
 
 
 def _print_files(out: str) -> None:

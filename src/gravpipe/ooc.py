@@ -128,10 +128,21 @@ class StepTimes:
     sort_detail: dict = field(default_factory=dict)
     #: the kick-drift ran inside the sort (its seconds in ``sort``, ``kick_drift`` 0)
     kick_drift_in_sort: bool = False
+    #: stage -> [bytes read, bytes written] (particle and cell pages) for the stages that ran:
+    #: "kick_drift", "sort", "build_moments" (one pass), "walk_forces"; they add up to
+    #: bytes_read and bytes_written
+    stage_bytes: dict = field(default_factory=dict)
 
     @property
     def total(self) -> float:
         return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces
+
+    def add_stage_bytes(self, stage: str, before: dict, after: dict, cells: tuple[int, int] = (0, 0)) -> None:
+        """Add to ``stage_bytes[stage]`` the particle store's traffic between two of its
+        ``stats()`` and ``cells`` (bytes read, written of the cell pages)."""
+        got = self.stage_bytes.setdefault(stage, [0, 0])
+        got[0] += int(after["bytes_read"]) - int(before["bytes_read"]) + cells[0]
+        got[1] += int(after["bytes_written"]) - int(before["bytes_written"]) + cells[1]
 
 
 @dataclass(frozen=True)
@@ -428,6 +439,7 @@ class OutOfCore:
         t0 = time.perf_counter()
         if not self._sorted:
             st.sort_detail = self.sort()
+            st.add_stage_bytes("sort", before, self.store.stats())
         st.sort = time.perf_counter() - t0
         self._tree_forces(st)
         self._traffic(st, before)
@@ -441,17 +453,22 @@ class OutOfCore:
         p = self.params
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
+        s_build = self.store.stats()
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
                                tree_keep_free(self.n, self.threads))
         s0 = tree.stats()
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree
+        s_walk, c0 = self.store.stats(), tree.cell_counters()
+        st.add_stage_bytes("build_moments", s_build, s_walk, (int(c0["bytes_read"]), int(c0["bytes_written"])))
         t1 = time.perf_counter()
         next_bounds = tree.self_forces(closing_kick=closing_kick)
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         c = tree.cell_counters()
+        st.add_stage_bytes("walk_forces", s_walk, self.store.stats(),
+                           (int(c["bytes_read"]) - int(c0["bytes_read"]), int(c["bytes_written"]) - int(c0["bytes_written"])))
         st.cell_bytes_read += int(c["bytes_read"])
         st.cell_bytes_written += int(c["bytes_written"])
         st.cell_cache_bytes = int(tree.cell_cache_bytes)
@@ -478,14 +495,19 @@ class OutOfCore:
             st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]))
             st.sort = time.perf_counter() - t0
             st.kick_drift_in_sort = bool(st.sort_detail["kick_drift_applied"])
+            st.add_stage_bytes("sort", before, self.store.stats())
         if not st.kick_drift_in_sort:
+            s0 = self.store.stats()
             t0 = time.perf_counter()
             _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
             st.kick_drift = time.perf_counter() - t0
+            s1 = self.store.stats()
+            st.add_stage_bytes("kick_drift", s0, s1)
             t0 = time.perf_counter()
             missed = st.sort  # a sort whose prediction missed counts with this one
             st.sort_detail = self.sort()
             st.sort = missed + time.perf_counter() - t0
+            st.add_stage_bytes("sort", s1, self.store.stats())
         # the closing kick rides on the walk, which also predicts the next step's bounds
         lo, hi = self._tree_forces(st, closing_kick=(h, self.t + dt, h, dt))
         self._next_bounds = (dt, lo, hi)
