@@ -81,8 +81,11 @@ class ParticleStore {
   /// Particles [begin, begin + count) of `field` from `values`: count x components 8-byte
   /// elements, row-major (the numpy (count, 3) layout).
   void write(const std::string& field, std::int64_t begin, std::int64_t count, const void* values);
-  /// The same range into `out` (same layout). Hints read-ahead of the pages that follow.
-  void read(const std::string& field, std::int64_t begin, std::int64_t count, void* out);
+  /// The same range into `out` (same layout). `read_ahead`: hint the pages that follow to
+  /// the read-ahead thread (right for one sweep along the curve; not for readers that take
+  /// slices of many ranges in turn, as the external sort does: their hints load pages that
+  /// the other ranges' evict before use).
+  void read(const std::string& field, std::int64_t begin, std::int64_t count, void* out, bool read_ahead = true);
   /// One component of a field as doubles (PagedParticles: x, y, z, m); `read_ahead`: hint
   /// the pages that follow, for a reader that sweeps the curve (not the tree walk, which
   /// jumps about it and prefetches what its lists will read instead).
@@ -90,8 +93,9 @@ class ParticleStore {
                       double* out, bool read_ahead = true);
 
   /// One component of a field as raw 8-byte elements (float64 or int64), contiguous: the
-  /// external sort permutes columns one at a time (store_sort.hpp). Hints read-ahead.
-  void read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count, void* out);
+  /// external sort permutes columns one at a time (store_sort.hpp). `read_ahead` as for read().
+  void read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count, void* out,
+                   bool read_ahead = true);
   void write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                     const void* values);
   /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
@@ -168,7 +172,8 @@ class ParticleStore {
                    bool read_ahead);
   /// Every component of a field, row-major in `bytes`, through copy_column.
   template <bool kWrite>
-  void copy_field(std::int64_t column, int components, std::int64_t begin, std::int64_t count, unsigned char* bytes);
+  void copy_field(std::int64_t column, int components, std::int64_t begin, std::int64_t count, unsigned char* bytes,
+                  bool read_ahead);
   std::int64_t first_column(const std::string& field) const;
   void check_range(const std::string& field, std::int64_t begin, std::int64_t count) const;
   std::string name_page(std::int64_t page) const;

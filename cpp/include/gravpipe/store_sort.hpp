@@ -68,6 +68,9 @@ struct StoreSortStats {
   /// the store is as it was).
   bool kick_drift_applied = false;
   double seconds_bounds = 0, seconds_runs = 0, seconds_merge = 0, seconds_permute = 0;
+  /// Bytes read and written by each pass (the store's counters around it)
+  std::int64_t runs_read = 0, runs_written = 0, merge_read = 0, merge_written = 0, permute_read = 0,
+               permute_written = 0;
   double seconds() const { return seconds_bounds + seconds_runs + seconds_merge + seconds_permute; }
 };
 

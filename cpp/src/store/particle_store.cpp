@@ -249,10 +249,10 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
 
 template <bool kWrite>
 void ParticleStore::copy_field(std::int64_t col, int comps, std::int64_t begin, std::int64_t count,
-                               unsigned char* bytes) {
+                               unsigned char* bytes, bool read_ahead) {
   const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
   if (stripe.width == 1) {  // each component a column of its own: one sweep each
-    for (int k = 0; k < comps; ++k) copy_column<kWrite>(col + k, begin, count, bytes + k * kElementBytes, comps, !kWrite);
+    for (int k = 0; k < comps; ++k) copy_column<kWrite>(col + k, begin, count, bytes + k * kElementBytes, comps, read_ahead);
     return;
   }
   // components sharing pages: page by page, every component, so that a range larger than
@@ -261,7 +261,7 @@ void ParticleStore::copy_field(std::int64_t col, int comps, std::int64_t begin, 
   for (std::int64_t k0 = begin; k0 < end;) {
     const std::int64_t stop = std::min(end, (k0 / stripe.per_page + 1) * stripe.per_page);
     for (int k = 0; k < comps; ++k)
-      copy_column<kWrite>(col + k, k0, stop - k0, bytes + ((k0 - begin) * comps + k) * kElementBytes, comps, !kWrite);
+      copy_column<kWrite>(col + k, k0, stop - k0, bytes + ((k0 - begin) * comps + k) * kElementBytes, comps, read_ahead);
     k0 = stop;
   }
 }
@@ -270,13 +270,14 @@ void ParticleStore::write(const std::string& field, std::int64_t begin, std::int
   const std::int64_t col = first_column(field);
   check_range(field, begin, count);
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
-  copy_field<true>(col, this->field(field).components, begin, count, bytes);
+  copy_field<true>(col, this->field(field).components, begin, count, bytes, false);
 }
 
-void ParticleStore::read(const std::string& field, std::int64_t begin, std::int64_t count, void* out) {
+void ParticleStore::read(const std::string& field, std::int64_t begin, std::int64_t count, void* out,
+                         bool read_ahead) {
   const std::int64_t col = first_column(field);
   check_range(field, begin, count);
-  copy_field<false>(col, this->field(field).components, begin, count, static_cast<unsigned char*>(out));
+  copy_field<false>(col, this->field(field).components, begin, count, static_cast<unsigned char*>(out), read_ahead);
 }
 
 void ParticleStore::read_component(const std::string& field, int component, std::int64_t begin, std::int64_t count,
@@ -291,12 +292,12 @@ void ParticleStore::read_component(const std::string& field, int component, std:
 }
 
 void ParticleStore::read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
-                                void* out) {
+                                void* out, bool read_ahead) {
   const std::int64_t col = first_column(field);
   if (component < 0 || component >= this->field(field).components)
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
   check_range(field, begin, count);
-  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1, true);
+  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1, read_ahead);
 }
 
 void ParticleStore::write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
