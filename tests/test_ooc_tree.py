@@ -159,6 +159,22 @@ def test_ids_written_from_the_index_or_carried_follow_their_particles(tmp_path, 
     assert np.array_equal(got["pos"], r.pos) and np.array_equal(got["vel"], r.vel)
 
 
+def test_ids_rewritten_through_the_store_are_carried_not_overwritten(tmp_path):
+    """Ids written straight into the store after filling (not by the fill) may break the
+    index + c pattern: the sort then carries them again, and they follow their particles."""
+    n, dt = 2000, 1 / 64
+    p = gp.ic.plummer(n, seed=12)
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, threads=2, page_bytes=PAGE,
+                                  sort_buffer=RUN_KD * 1024) as o:
+        o.step(dt)
+        assert "id" not in o._carried()
+        new_ids = o.store.read("index", 0, n) * 3 + 11  # by caller index, in the store's order
+        o.store.write("id", 0, new_ids)
+        assert "id" in o._carried()
+        o.step(dt), o.step(dt)
+        assert np.array_equal(o.gather("id"), np.arange(n) * 3 + 11)
+
+
 def test_checkpoint_resume_keeps_ids_written_from_the_index(tmp_path):
     """A store restored from a checkpoint (its curve order, with the saved caller indices)
     still writes its ids from the index, and steps on as the original store does, bit for bit."""

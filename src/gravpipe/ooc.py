@@ -313,9 +313,12 @@ class OutOfCore:
         self._next_bounds: tuple[float, list[float], list[float]] | None = None
         # c when every id is its particle's caller index + c (checked as blocks are written,
         # which must come in order from 0): the sort then writes ids from the index instead
-        # of carrying them; None otherwise. _ids_written: particles whose ids were checked.
+        # of carrying them; None otherwise. _ids_written: particles whose ids were checked;
+        # _id_writes: the store's count of "id" writes then (another write, not through
+        # _write_block, and the ids are carried again: never overwritten with index + c)
         self._id_offset: int | None = None
         self._ids_written = 0
+        self._id_writes = 0
         self.t = 0.0
         self.last = StepTimes()
         self.tree_stats: TreeStats | None = None
@@ -411,10 +414,13 @@ class OutOfCore:
         if self._id_offset != c or not np.array_equal(ids - index, np.full(len(ids), c, np.int64)):
             self._id_offset = None
         self._ids_written = b + len(ids)
+        self._id_writes = self.store.writes.get("id", 0)
 
     def _carried(self) -> list[str]:
         """The fields the sort carries: "id" too unless it is written from the index."""
-        return [f for f in CARRIED if f != "id" or self._id_offset is None or self._ids_written != self.n]
+        derived = (self._id_offset is not None and self._ids_written == self.n
+                   and self.store.writes.get("id", 0) == self._id_writes)
+        return [f for f in CARRIED if f != "id" or not derived]
 
     # ---- the stages ---------------------------------------------------------------------------
 

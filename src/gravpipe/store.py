@@ -161,6 +161,9 @@ class ParticleStore:
             0 if cache_bytes is None else parse_byte_size(cache_bytes), eviction, io, int(read_ahead),
             int(threads or 0))
         self.n = int(n)
+        #: calls of write() per field (the C++ core's own writes, such as the sort's, are not
+        #: counted): lets an owner notice a field rewritten behind its back
+        self.writes: dict[str, int] = {}
 
     @staticmethod
     def least_budget(n: int, page_bytes: str | int = DEFAULT_PAGE_BYTES,
@@ -196,6 +199,7 @@ class ParticleStore:
             self._core.write_f64(field, int(begin), arr)
         else:
             self._core.write_i64(field, int(begin), arr)
+        self.writes[field] = self.writes.get(field, 0) + 1
 
     def read(self, field: str, begin: int, end: int) -> np.ndarray:
         """Particles [begin, end) of ``field``: (end - begin, components) or (end - begin,)."""
