@@ -132,17 +132,27 @@ class StepTimes:
     #: "kick_drift", "sort", "build_moments" (one pass), "walk_forces"; they add up to
     #: bytes_read and bytes_written
     stage_bytes: dict = field(default_factory=dict)
+    #: the store's stats() where the last stage ended: each stage's traffic runs from there to
+    #: its own end, so that a load the read-ahead thread finishes between stages counts too
+    _mark: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> float:
         return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces
 
-    def add_stage_bytes(self, stage: str, before: dict, after: dict, cells: tuple[int, int] = (0, 0)) -> None:
-        """Add to ``stage_bytes[stage]`` the particle store's traffic between two of its
-        ``stats()`` and ``cells`` (bytes read, written of the cell pages)."""
+    def start_traffic(self, stats: dict) -> None:
+        """The store's ``stats()`` where the first stage starts (unless one already did)."""
+        if self._mark is None:
+            self._mark = stats
+
+    def add_stage_bytes(self, stage: str, after: dict, cells: tuple[int, int] = (0, 0)) -> None:
+        """Add to ``stage_bytes[stage]`` the particle store's traffic from the last stage's end
+        (start_traffic) to ``after`` (its ``stats()`` now) and ``cells`` (bytes read, written
+        of the cell pages)."""
         got = self.stage_bytes.setdefault(stage, [0, 0])
-        got[0] += int(after["bytes_read"]) - int(before["bytes_read"]) + cells[0]
-        got[1] += int(after["bytes_written"]) - int(before["bytes_written"]) + cells[1]
+        got[0] += int(after["bytes_read"]) - int(self._mark["bytes_read"]) + cells[0]
+        got[1] += int(after["bytes_written"]) - int(self._mark["bytes_written"]) + cells[1]
+        self._mark = after
 
 
 @dataclass(frozen=True)
@@ -442,10 +452,11 @@ class OutOfCore:
         the store's ``acc`` and ``pot``. Returns the stages' times and page traffic."""
         st = StepTimes()
         before = self.store.stats()
+        st.start_traffic(before)
         t0 = time.perf_counter()
         if not self._sorted:
             st.sort_detail = self.sort()
-            st.add_stage_bytes("sort", before, self.store.stats())
+            st.add_stage_bytes("sort", self.store.stats())
         st.sort = time.perf_counter() - t0
         self._tree_forces(st)
         self._traffic(st, before)
@@ -459,21 +470,21 @@ class OutOfCore:
         p = self.params
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
-        s_build = self.store.stats()
+        st.start_traffic(self.store.stats())
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
                                tree_keep_free(self.n, self.threads))
         s0 = tree.stats()
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree
-        s_walk, c0 = self.store.stats(), tree.cell_counters()
-        st.add_stage_bytes("build_moments", s_build, s_walk, (int(c0["bytes_read"]), int(c0["bytes_written"])))
+        c0 = tree.cell_counters()
+        st.add_stage_bytes("build_moments", self.store.stats(), (int(c0["bytes_read"]), int(c0["bytes_written"])))
         t1 = time.perf_counter()
         next_bounds = tree.self_forces(closing_kick=closing_kick)
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         c = tree.cell_counters()
-        st.add_stage_bytes("walk_forces", s_walk, self.store.stats(),
+        st.add_stage_bytes("walk_forces", self.store.stats(),
                            (int(c["bytes_read"]) - int(c0["bytes_read"]), int(c["bytes_written"]) - int(c0["bytes_written"])))
         st.cell_bytes_read += int(c["bytes_read"])
         st.cell_bytes_written += int(c["bytes_written"])
@@ -492,6 +503,7 @@ class OutOfCore:
             _core.store_check_forces(self.store._core, KICK_BLOCK, self.t)
         st = StepTimes()
         before = self.store.stats()
+        st.start_traffic(before)
         h = 0.5 * dt
         predicted, self._next_bounds = self._next_bounds, None
         self._tree = None
@@ -501,19 +513,17 @@ class OutOfCore:
             st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]))
             st.sort = time.perf_counter() - t0
             st.kick_drift_in_sort = bool(st.sort_detail["kick_drift_applied"])
-            st.add_stage_bytes("sort", before, self.store.stats())
+            st.add_stage_bytes("sort", self.store.stats())
         if not st.kick_drift_in_sort:
-            s0 = self.store.stats()
             t0 = time.perf_counter()
             _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
             st.kick_drift = time.perf_counter() - t0
-            s1 = self.store.stats()
-            st.add_stage_bytes("kick_drift", s0, s1)
+            st.add_stage_bytes("kick_drift", self.store.stats())
             t0 = time.perf_counter()
             missed = st.sort  # a sort whose prediction missed counts with this one
             st.sort_detail = self.sort()
             st.sort = missed + time.perf_counter() - t0
-            st.add_stage_bytes("sort", s1, self.store.stats())
+            st.add_stage_bytes("sort", self.store.stats())
         # the closing kick rides on the walk, which also predicts the next step's bounds
         lo, hi = self._tree_forces(st, closing_kick=(h, self.t + dt, h, dt))
         self._next_bounds = (dt, lo, hi)
@@ -583,8 +593,9 @@ class OutOfCore:
         return ooc
 
     def _traffic(self, st: StepTimes, before: dict) -> None:
-        """Bytes read and written in the step: the particles' pages and the tree's cell pages."""
-        after = self.store.stats()
+        """Bytes read and written in the step: the particles' pages and the tree's cell pages,
+        up to where its last stage ended (so that the stages' traffic adds up to it)."""
+        after = st._mark if st._mark is not None else self.store.stats()
         st.bytes_read = int(after["bytes_read"]) - int(before["bytes_read"]) + st.cell_bytes_read
         st.bytes_written = int(after["bytes_written"]) - int(before["bytes_written"]) + st.cell_bytes_written
 
