@@ -421,7 +421,7 @@ class OutOfCore:
         c = int(ids[0] - index[0])  # int64 arithmetic wraps mod 2^64, as the sort's does
         if b == 0:
             self._id_offset = c
-        if self._id_offset != c or not np.array_equal(ids - index, np.full(len(ids), c, np.int64)):
+        if self._id_offset != c or not bool(np.all(ids - index == c)):
             self._id_offset = None
         self._ids_written = b + len(ids)
         self._id_writes = self.store.writes.get("id", 0)

@@ -96,7 +96,8 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
 }
 
 /// "id" of particles [b, b + n) from their sorted caller indices (id_from_index): index +
-/// offset, in unsigned arithmetic (the caller checked that no id wraps). `scratch`: n values.
+/// offset mod 2^64 (unsigned arithmetic: the caller's check, ids - index == offset in int64,
+/// wraps the same way). `scratch`: n values.
 void write_ids(ParticleStore& s, std::int64_t offset, std::int64_t b, std::int64_t n, const std::int64_t* index,
                std::int64_t* scratch) {
   for (std::int64_t k = 0; k < n; ++k)
