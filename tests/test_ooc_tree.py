@@ -73,6 +73,25 @@ def test_forces_bitwise_equal_to_in_core_tree(tmp_path, threads, model, precisio
     assert os.listdir(tmp_path) == []  # the scratch file is gone
 
 
+@pytest.mark.parametrize("threads,n_crit", [(3, 32), (3, 4096), (2, 256)])
+def test_build_shared_among_threads_makes_the_in_core_cells_and_groups(tmp_path, threads, n_crit):
+    """What this proves: the out-of-core build, which hands subtrees to its threads and
+    places the cells above them on one, writes every cell at the index, and every group in
+    the order, that the in-core build gives them: forces bitwise equal to the in-core tree's
+    for an odd thread count, and for group cells both inside the subtrees (small n_crit) and
+    above them (n_crit larger than a subtree)."""
+    n = 9000
+    p = gp.ic.plummer(n, seed=8)
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads, n_crit=n_crit).forces()
+    budget = _least(n, threads) + 64 * PAGE
+    with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, n_crit=n_crit,
+                                  page_bytes=PAGE) as o:
+        o.forces()
+        a1, pot1 = o.gather("acc"), o.gather("pot")
+        assert o.tree_stats.groups > 1
+    assert np.array_equal(a0, a1) and np.array_equal(pot0, pot1)
+
+
 def test_forces_against_float64_direct_sum(tmp_path):
     n = 8000
     p = gp.ic.plummer(n, seed=11)
