@@ -608,3 +608,25 @@ def test_external_sort_stays_within_its_charged_buffer(tmp_path):
     charged = (buffer + 2 * n) / 2**20
     # slack: the merge's and permute's chunk buffers (~3 MiB); the bug added 24 x 655360 B = 15 MiB
     assert d["grown_mib"] <= charged + 8, (d["grown_mib"], charged)
+
+
+@pytest.mark.parametrize("where", ["adjacent", "far apart"])
+def test_tree_over_a_store_out_of_curve_order_is_refused_naming_the_key(tmp_path, where):
+    """What this proves: the out-of-core tree checks the keys' order as it counts its cells
+    (the leaves partition the particles in curve order: a key below its predecessor, in a
+    leaf or at a leaf's start, is caught) and refuses the store with an error naming the
+    place and the remedy, rather than building a wrong tree."""
+    n = 5000
+    p = gp.ic.plummer(n, seed=3)
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, page_bytes=PAGE) as o:
+        o.forces()  # sorted: the store is in curve order now
+        keys = o.store.read("key", 0, n)
+        assert np.all(np.diff(keys) >= 0)
+        # two particles that differ in key, swapped: neighbours, or the first and the last
+        i = int(np.flatnonzero(np.diff(keys) > 0)[n // 3 if where == "adjacent" else 0])
+        j = i + 1 if where == "adjacent" else n - 1
+        swapped = keys.copy()
+        swapped[[i, j]] = swapped[[j, i]]
+        o.store.write("key", 0, swapped)
+        with pytest.raises(ValueError, match=r"not in curve order \(its key \d+ is below key \d+; sort it first"):
+            _core.PagedTree(o.store._core, EPS, 1.0, 0.6, True, 0.0, 16, 256, 2, "mixed", True)

@@ -67,7 +67,6 @@ class PagedTree {
   static std::uint64_t least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads);
 
  private:
-  void check_sorted_keys();
   /// The cell table for `cells` cells, its cache taking what the budget has left; charges
   /// the `groups` groups first.
   void make_cell_table(std::int64_t cells, std::int64_t groups);

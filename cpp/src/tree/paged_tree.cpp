@@ -1,8 +1,8 @@
 // The out-of-core tree (paged_tree.hpp): the cells counted from the sorted keys in the store's
 // pages, then built with their moments into paged cell records, subtrees on several threads
 // (paged_tree_build.hpp), and the evaluation through PagedParticles and PagedCellReader with
-// results to the store's pages. Its TreeStats: seconds_build is the keys' check and count,
-// seconds_moments the build of the records.
+// results to the store's pages. Its TreeStats: seconds_build is the count (which checks the
+// keys' order), seconds_moments the build of the records.
 #include "gravpipe/paged_tree.hpp"
 
 #include <omp.h>
@@ -29,8 +29,6 @@ namespace {
 
 /// Runs the walk's prefetch plans ahead of each compute thread, by default.
 constexpr int kPrefetchRuns = 4;
-/// Keys per block of the sortedness check.
-constexpr std::int64_t kKeyBlock = 1 << 16;
 /// Particles of a subtree the build gives one thread at most: ~32 subtrees a thread, so that
 /// the threads' ends balance, for a Plummer sphere's dense core too.
 std::int64_t task_particles(std::int64_t n, int threads, int n_leaf) {
@@ -61,7 +59,6 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
     throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
                      "which the out-of-core tree does not keep; use alpha = 0");
   auto t0 = Clock::now();
-  check_sorted_keys();
   const PagedTreeShape shape =
       count_paged_tree(store_, params_.n_leaf, params_.n_crit, task_particles(store_.size(), threads_, params_.n_leaf));
   make_cell_table(shape.cells, shape.groups);
@@ -72,21 +69,6 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
   stats_.n_j = static_cast<std::uint64_t>(store_.size());
   stats_.nodes = static_cast<std::uint64_t>(cells_->count());
   stats_.leaves = static_cast<std::uint64_t>(shape.leaves);
-}
-
-void PagedTree::check_sorted_keys() {
-  const std::int64_t n = store_.size();
-  const std::int64_t block = std::min(n, kKeyBlock);
-  const Reservation charge = store_.budget().reserve(static_cast<std::uint64_t>(block) * 8, "a block of curve keys");
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(block));
-  std::uint64_t last = 0;
-  for (std::int64_t b = 0; b < n; b += block) {
-    const std::int64_t m = std::min(block, n - b);
-    store_.read_column("key", 0, b, m, keys.data());
-    if ((b > 0 && keys[0] < last) || !std::is_sorted(keys.begin(), keys.begin() + m))
-      throw InputError("out-of-core tree: the store is not in curve order (sort it first: sort_store_by_curve)");
-    last = keys[static_cast<std::size_t>(m - 1)];
-  }
 }
 
 void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {

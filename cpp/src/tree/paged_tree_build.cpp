@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "cell_moments.hpp"
+#include "gravpipe/error.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "octree_split.hpp"
 
@@ -238,6 +239,7 @@ PagedTreeShape count_paged_tree(ParticleStore& store, int n_leaf, int n_crit, st
   s.task_particles = std::max<std::int64_t>(task_particles, 1);
   std::vector<Open> stack{{0, s.n, 0, false, -1}};
   std::array<Range, 8> kids;
+  std::uint64_t last = 0;  // the key before the next leaf's first
   while (!stack.empty()) {
     const Open o = stack.back();
     stack.pop_back();
@@ -260,6 +262,15 @@ PagedTreeShape count_paged_tree(ParticleStore& store, int n_leaf, int n_crit, st
     if (group && task >= 0) ++s.tasks[static_cast<std::size_t>(task)].groups;
     if (!split) {
       ++s.leaves;
+      // the leaves partition [0, n) in curve order: keys non-decreasing within each and from
+      // each to the next are the whole sortedness check, on pages the searches just read
+      for (std::int64_t i = o.b; i < o.e; ++i) {
+        const std::uint64_t k = key(i);
+        if (k < last) throw InputError("out-of-core tree: the store is not in curve order (its key " +
+                                       std::to_string(i) + " is below key " + std::to_string(i - 1) +
+                                       "; sort it first: sort_store_by_curve)");
+        last = k;
+      }
       continue;
     }
     // pushed in reverse, so that cells (and tasks) come off the stack in curve order

@@ -33,7 +33,7 @@ struct PagedTreeShape {
 };
 
 /// Count the cells over the store's sorted keys (depth first, in curve order); subtrees of
-/// at most `task_particles` become tasks.
+/// at most `task_particles` become tasks. InputError when the keys are not sorted.
 PagedTreeShape count_paged_tree(ParticleStore& store, int n_leaf, int n_crit, std::int64_t task_particles);
 
 /// Write every cell's record (walk record, monopole and quadrupole) into `cells`, at its
