@@ -156,8 +156,8 @@ class TopPlacement {
  public:
   TopPlacement(const PagedKeys& key, const PagedTreeShape& shape, const TreeParams& params)
       : key_(key), shape_(shape), params_(params), next_(shape.per_level.size(), 0),
-        task_next_(shape.tasks.size()), task_index_(shape.tasks.size(), 0), task_group_(shape.tasks.size(), 0),
-        task_in_group_(shape.tasks.size(), 0) {
+        task_next(shape.tasks.size()), task_index(shape.tasks.size(), 0), task_group(shape.tasks.size(), 0),
+        task_in_group(shape.tasks.size(), 0) {
     for (std::size_t l = 1; l < next_.size(); ++l) next_[l] = next_[l - 1] + shape.per_level[l - 1];
     next_[0] = 1;
     place(0, shape.n, 0, 0, false);
@@ -172,9 +172,9 @@ class TopPlacement {
   }
 
   std::vector<TopCell> cells;
-  std::vector<std::vector<std::int64_t>> task_next_;
-  std::vector<std::int64_t> task_index_, task_group_;
-  std::vector<char> task_in_group_;
+  std::vector<std::vector<std::int64_t>> task_next;
+  std::vector<std::int64_t> task_index, task_group;
+  std::vector<char> task_in_group;
 
  private:
   int place(std::int64_t b, std::int64_t e, int level, std::int64_t index, bool in_group) {
@@ -187,11 +187,11 @@ class TopPlacement {
         throw std::logic_error("out-of-core tree build: task " + std::to_string(t) + " out of order");
       cells[static_cast<std::size_t>(id)].task = t;
       const auto ts = static_cast<std::size_t>(t);
-      task_index_[ts] = index;
-      task_in_group_[ts] = in_group;
-      task_group_[ts] = group_cursor_;
+      task_index[ts] = index;
+      task_in_group[ts] = in_group;
+      task_group[ts] = group_cursor_;
       group_cursor_ += task.groups;
-      task_next_[ts] = next_;
+      task_next[ts] = next_;
       for (std::size_t d = 0; d < task.below.size(); ++d) next_[static_cast<std::size_t>(level) + 1 + d] += task.below[d];
       return id;
     }
@@ -296,8 +296,8 @@ void build_paged_tree(ParticleStore& store, const PagedTreeShape& shape, const P
     const PagedKeys key(store);
     TopPlacement placed(key, shape, params);
     top = std::move(placed.cells);
-    task_next = std::move(placed.task_next_), task_index = std::move(placed.task_index_);
-    task_group = std::move(placed.task_group_), task_in_group = std::move(placed.task_in_group_);
+    task_next = std::move(placed.task_next), task_index = std::move(placed.task_index);
+    task_group = std::move(placed.task_group), task_in_group = std::move(placed.task_in_group);
   }
   const auto n_tasks = static_cast<std::int64_t>(shape.tasks.size());
   std::vector<CellMoments> task_moments(shape.tasks.size());
