@@ -39,6 +39,23 @@ def test_bench_direct_json():
     assert doc["machine"]["cpu"]
 
 
+def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
+    """What this proves: `gravpipe bench ooc ratio` runs from the command line on a small set
+    (a budget above the data: small N's least budget is mostly fixed allowances), checks the
+    out-of-core steps bitwise against the in-core ones, and reports each stage's traffic and
+    CPU seconds (every thread of the process) against its wall seconds, in print and JSON."""
+    out = tmp_path / "r.json"
+    r = gravpipe("bench", "ooc", "ratio", "-n", "30000", "--budget-fraction", "10", "--scratch", tmp_path,
+                 "--json", out, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "bitwise equal: True" in r.stdout and "CPU (all threads): sort " in r.stdout, r.stdout
+    row = json.loads(out.read_text())["ratio"][0]
+    assert row["identical_to_in_core"]
+    assert set(row["stage_cpu_seconds"]) == set(row["stage_bytes"]) == {"sort", "build_moments", "walk_forces"}
+    walk_wall = row["stages"]["walk_forces"]
+    assert 0 < row["stage_cpu_seconds"]["walk_forces"] <= walk_wall * (os.cpu_count() + 2) + 0.05
+
+
 @pytest.mark.parametrize("args, message", [
     (["forces", "--eps", "-1"], "eps"),
     (["forces", "no/such/file.h5"], "no/such/file.h5"),

@@ -143,6 +143,9 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
             assert set(st.stage_bytes) == {"sort", "build_moments", "walk_forces"}
             assert [sum(v[k] for v in st.stage_bytes.values()) for k in (0, 1)] == [st.bytes_read, st.bytes_written]
             assert all(r > 0 and w > 0 for r, w in st.stage_bytes.values())
+            # each stage's CPU seconds (every thread of the process) over the same spans
+            assert set(st.stage_cpu) == set(st.stage_bytes) and all(c > 0 for c in st.stage_cpu.values())
+            assert sum(st.stage_cpu.values()) <= st.total * (os.cpu_count() + 2) + 0.05
         pos, vel = o.gather("pos"), o.gather("vel")
         ids = o.gather("id")
     q = sim.particles

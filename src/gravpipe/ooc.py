@@ -132,9 +132,14 @@ class StepTimes:
     #: "kick_drift", "sort", "build_moments" (one pass), "walk_forces"; they add up to
     #: bytes_read and bytes_written
     stage_bytes: dict = field(default_factory=dict)
+    #: stage -> CPU seconds (user + system) of the whole process, every thread, over the same
+    #: spans as stage_bytes: set against the stage's wall seconds times the threads, what is
+    #: left is time the cores were idle (waiting on the disk) or ran other processes
+    stage_cpu: dict = field(default_factory=dict)
     #: the store's stats() where the last stage ended: each stage's traffic runs from there to
     #: its own end, so that a load the read-ahead thread finishes between stages counts too
     _mark: dict | None = field(default=None, repr=False, compare=False)
+    _cpu_mark: float = field(default=0.0, repr=False, compare=False)
 
     @property
     def total(self) -> float:
@@ -144,6 +149,7 @@ class StepTimes:
         """The store's ``stats()`` where the first stage starts (unless one already did)."""
         if self._mark is None:
             self._mark = stats
+            self._cpu_mark = time.process_time()
 
     def add_stage_bytes(self, stage: str, after: dict, cells: tuple[int, int] = (0, 0)) -> None:
         """Add to ``stage_bytes[stage]`` the particle store's traffic from the last stage's end
@@ -153,6 +159,9 @@ class StepTimes:
         got[0] += int(after["bytes_read"]) - int(self._mark["bytes_read"]) + cells[0]
         got[1] += int(after["bytes_written"]) - int(self._mark["bytes_written"]) + cells[1]
         self._mark = after
+        cpu = time.process_time()
+        self.stage_cpu[stage] = self.stage_cpu.get(stage, 0.0) + cpu - self._cpu_mark
+        self._cpu_mark = cpu
 
 
 @dataclass(frozen=True)
