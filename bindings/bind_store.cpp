@@ -233,11 +233,18 @@ void bind_store(nb::module_& m) {
   m.def("store_sort_by_curve",
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
-           bool overlap_reads, std::optional<std::int64_t> id_from_index) {
+           bool overlap_reads, std::optional<std::int64_t> id_from_index,
+           std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
           config.id_from_index = id_from_index;
+          if (drift_origin) {
+            AxisBounds b;
+            const auto& [lo, hi] = *drift_origin;
+            std::copy(lo.begin(), lo.end(), b.lo), std::copy(hi.begin(), hi.end(), b.hi);
+            config.drift_origin = b;
+          }
           if (kick_drift) {
             const auto& [h, dt, lo, hi] = *kick_drift;
             SortKickDrift k{h, dt, {}};
@@ -261,18 +268,23 @@ void bind_store(nb::module_& m) {
           d["bytes_permute"] = std::vector<std::int64_t>{st.permute_read, st.permute_written};
           d["frame_lo"] = std::vector<double>{st.frame.lo[0], st.frame.lo[1], st.frame.lo[2]};
           d["frame_scale"] = st.frame.scale;
+          d["bounds_lo"] = std::vector<double>{st.bounds.lo[0], st.bounds.lo[1], st.bounds.lo[2]};
+          d["bounds_hi"] = std::vector<double>{st.bounds.hi[0], st.bounds.hi[1], st.bounds.hi[2]};
           d["kick_drift_applied"] = st.kick_drift_applied;
           return d;
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
         nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
-        nb::arg("id_from_index").none() = nb::none(),
+        nb::arg("id_from_index").none() = nb::none(), nb::arg("drift_origin").none() = nb::none(),
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
         "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
         "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
         "unchanged) when the prediction missed. overlap_reads: with several runs, the next run is read on a "
         "loader thread meanwhile (shorter runs; the same bits). id_from_index: the ids are index + this offset; "
-        "'id' is then written from the sorted index instead of carried (leave it out of carried).");
+        "'id' is then written from the sorted index instead of carried (leave it out of carried). drift_origin "
+        "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
+        "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "
+        "the bounds of the positions sorted.");
   m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
         nb::arg("overlap_reads") = false,
         "Sort buffer bytes a particle of a run takes (one run needs n times this with overlap_reads False; "

@@ -4,6 +4,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -179,16 +180,26 @@ void bind_tree(nb::module_& m) {
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
-              bool local_expansion, const std::string& isa) {
+              bool local_expansion, const std::string& isa,
+              std::optional<std::tuple<std::array<double, 3>, double>> frame) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
                                               precision, local_expansion, isa);
+             CurveBox box;
+             if (frame) {
+               const auto& [lo, scale] = *frame;
+               std::copy(lo.begin(), lo.end(), box.lo);
+               box.scale = scale;
+               if (!(scale > 0) || !std::isfinite(scale) || !std::isfinite(lo[0]) || !std::isfinite(lo[1]) ||
+                   !std::isfinite(lo[2]))
+                 throw InputError("tree frame: the corner must be finite and the scale > 0");
+             }
              nb::gil_scoped_release release;
-             new (self) Tree(span_of(pos), span_of(mass), p);
+             new (self) Tree(span_of(pos), span_of(mass), p, frame ? &box : nullptr);
            },
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
            nb::arg("quadrupole"), nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"),
            nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"),
-           nb::arg("isa") = "auto")
+           nb::arg("isa") = "auto", nb::arg("frame").none() = nb::none())
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())
@@ -269,6 +280,11 @@ void bind_tree(nb::module_& m) {
            nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"),
            nb::arg("isa") = "auto")
       .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
-      .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); });
+      .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); })
+      .def_prop_ro("frame", [](const TreeForceProvider& p) -> std::optional<std::tuple<std::array<double, 3>, double>> {
+        const std::optional<CurveBox> f = p.frame();
+        if (!f) return std::nullopt;
+        return std::make_tuple(std::array<double, 3>{f->lo[0], f->lo[1], f->lo[2]}, f->scale);
+      });
   bind_domain_tree(m);
 }

@@ -633,3 +633,47 @@ def test_tree_over_a_store_out_of_curve_order_is_refused_naming_the_key(tmp_path
         o.store.write("key", 0, swapped)
         with pytest.raises(ValueError, match=r"not in curve order \(its key \d+ is below key \d+; sort it first"):
             _core.PagedTree(o.store._core, EPS, 1.0, 0.6, True, 0.0, 16, 256, 2, "mixed", True)
+
+
+def _step_frame(before_lo, before_hi, after_lo, after_hi) -> tuple[list[float], float]:
+    """The rule of a step's frame (curve_order.hpp, step_frame), in numpy: the old bounds
+    grown by 1/256 of their largest extent while the new ones fit, else the new cube."""
+    cells = float((1 << 21) - 1)
+    room = np.ldexp(np.max(before_hi - before_lo), -8)
+    lo, hi = before_lo - room, before_hi + room
+    if not (np.all(after_lo >= lo) and np.all(after_hi <= hi)):
+        lo, hi = after_lo, after_hi
+    return list(lo), cells / np.max(hi - lo)
+
+
+@pytest.mark.parametrize("kick", ["gentle", "one particle flung out"])
+def test_a_step_keys_its_tree_in_a_frame_known_before_the_drift(tmp_path, kick):
+    """What this proves: a leapfrog step's tree is keyed in the frame its drift's start
+    gives (the old bounds with room), known before the last particle has moved, and in the
+    new positions' own cube when one leaves that room; in core (the provider's frame) and
+    out of core (the sort's frame) alike, and the steps stay equal bit for bit."""
+    n, dt = 3000, 1 / 64
+    p = gp.ic.plummer(n, seed=6)
+    vel = p.vel.copy()
+    if kick != "gentle":  # the outermost particle in x, outward by far more than the room in a step
+        vel[int(np.argmax(p.pos[:, 0]))] = [500.0, 0.0, 0.0]
+    p = gp.Particles(p.pos, vel, p.mass, p.id)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
+    frames = [sim.provider.frame]
+    bounds = [(p.pos.min(0), p.pos.max(0))]
+    for _ in range(2):
+        sim.evolve(sim.time + dt)
+        frames.append(sim.provider.frame)
+        bounds.append((sim.particles.pos.min(0), sim.particles.pos.max(0)))
+    cells = float((1 << 21) - 1)
+    assert frames[0] == (list(bounds[0][0]), cells / np.max(bounds[0][1] - bounds[0][0]))  # the first: tight
+    for k in (1, 2):
+        want = _step_frame(*bounds[k - 1], *bounds[k])
+        assert frames[k][0] == want[0] and frames[k][1] == want[1]
+    tight = frames[1][0] == list(bounds[1][0])
+    assert tight == (kick != "gentle")  # the flung particle leaves the room
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, threads=2, page_bytes=PAGE) as o:
+        st = [o.forces()] + [o.step(dt) for _ in range(2)]
+        for k in (1, 2):
+            assert st[k].sort_detail["frame_lo"] == frames[k][0] and st[k].sort_detail["frame_scale"] == frames[k][1]
+        assert np.array_equal(o.gather("pos"), sim.particles.pos) and np.array_equal(o.gather("vel"), sim.particles.vel)

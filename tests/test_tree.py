@@ -404,3 +404,23 @@ def test_local_expansion_matches_the_lists_it_replaces():
     assert on.stats.pc_interactions == off.stats.pc_interactions  # the same accepted cells
     d = np.linalg.norm(a_on - a_off, axis=1) / np.linalg.norm(a_off, axis=1)
     assert np.median(d) < 1e-5 and np.max(np.abs(p_on - p_off) / np.abs(p_off)) < 1e-6, (np.median(d), d.max())
+
+
+def test_frame_keys_the_cells_and_bad_frames_are_refused():
+    """What this proves: ``frame`` is the cube the particles are keyed in: their own
+    bounding cube (what the default takes) gives the default tree bit for bit, a larger one
+    other cells (forces within the tree's error, not equal), and a frame that is not a cube
+    on the grid (scale <= 0, a corner not finite) is refused by name."""
+    p = gp.ic.plummer(3000, seed=4)
+    lo, hi = p.pos.min(0), p.pos.max(0)
+    tight = (list(lo), float((1 << 21) - 1) / np.max(hi - lo))
+    a0, f0 = gp.Tree(p.pos, p.mass, eps=0.01).forces()
+    a1, f1 = gp.Tree(p.pos, p.mass, eps=0.01, frame=tight).forces()
+    assert np.array_equal(a0, a1) and np.array_equal(f0, f1)
+    wide = (list(lo - 1.0), tight[1] / 1.3)
+    a2, _ = gp.Tree(p.pos, p.mass, eps=0.01, frame=wide).forces()
+    assert not np.array_equal(a0, a2)
+    assert np.median(np.linalg.norm(a2 - a0, axis=1) / np.linalg.norm(a0, axis=1)) < 1e-3
+    for bad in [(list(lo), 0.0), ([np.nan, 0, 0], 1.0)]:
+        with pytest.raises(ValueError, match="frame"):
+            gp.Tree(p.pos, p.mass, eps=0.01, frame=bad)

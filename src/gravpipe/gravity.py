@@ -105,7 +105,11 @@ def _tree_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps:
     """A fine float64 tree: O(N log N) like the run's steps. With several ranks every rank
     computes the same one over all particles (the state is replicated; the same bits as a
     serial run's diagnostics)."""
-    return Tree(pos, mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double", threads=source.threads).forces()[1]
+    # keyed in the run's last frame, as the out-of-core run's diagnostic tree is (over the
+    # store in that frame's curve order): the same bits
+    frame = getattr(source, "frame", None)
+    return Tree(pos, mass, eps, G, theta=DIAGNOSTICS_THETA, precision="double", threads=source.threads,
+                frame=frame).forces()[1]
 
 
 _CORE_DEFAULTS = _core.defaults()

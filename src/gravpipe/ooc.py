@@ -330,6 +330,10 @@ class OutOfCore:
         # (dt, lo, hi): the bounds of the positions a kick-drift of dt will give, predicted
         # by the last closing kick; None when unknown or stale
         self._next_bounds: tuple[float, list[float], list[float]] | None = None
+        # (lo, hi): the bounds of the positions in the store, as its last sort found them;
+        # None when unknown (a fill, a checkpoint) until a sort or a step's pass finds them.
+        # A step's drift starts from them, and its tree's frame follows (step_frame)
+        self._bounds: tuple[list[float], list[float]] | None = None
         # c when every id is its particle's caller index + c (checked as blocks are written,
         # which must come in order from 0): the sort then writes ids from the index instead
         # of carrying them; None otherwise. _ids_written: particles whose ids were checked;
@@ -420,6 +424,7 @@ class OutOfCore:
         self._sorted = False
         self._have_forces = False
         self._next_bounds = None
+        self._bounds = None
 
     def _note_ids(self, b: int, ids: np.ndarray, index: np.ndarray) -> None:
         """Keep _id_offset: the c with id = index + c (mod 2^64, as the sort adds them) over
@@ -443,18 +448,34 @@ class OutOfCore:
 
     # ---- the stages ---------------------------------------------------------------------------
 
-    def sort(self, kick_drift: tuple[float, float, list[float], list[float]] | None = None) -> dict:
+    def sort(self, kick_drift: tuple[float, float, list[float], list[float]] | None = None,
+             drift_origin: tuple[list[float], list[float]] | None = None) -> dict:
         """External sort of every particle into curve order (key, caller index). With
         ``kick_drift`` (h, dt, lo, hi) the sort first applies vel += h acc, pos += dt vel to
         each run it reads, keyed in the frame of the predicted bounds [lo, hi] of the drifted
         positions; if they miss (``"kick_drift_applied"`` False in the returned details) the
-        store is left as it was, unsorted."""
+        store is left as it was, unsorted. ``drift_origin`` (lo, hi): the bounds of the
+        positions a step's drift started from; the frame is then the step's (the in-core
+        leapfrog's: curve_order.hpp, step_frame)."""
         self._tree = None  # its cells' budget goes back first
         carried = self._carried()
         d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
-                                           kick_drift, id_from_index=None if "id" in carried else self._id_offset))
+                                           kick_drift, id_from_index=None if "id" in carried else self._id_offset,
+                                           drift_origin=drift_origin))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
+        if self._sorted:
+            self._bounds = (list(d["bounds_lo"]), list(d["bounds_hi"]))
         return d
+
+    def _position_bounds(self) -> tuple[list[float], list[float]]:
+        """The bounds of the positions in the store (exact: a pass over them when the last
+        sort's are not known, as after a checkpoint)."""
+        if self._bounds is None:
+            lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+            for _, blk in self.blocks(["pos"]):
+                lo, hi = np.minimum(lo, blk["pos"].min(0)), np.maximum(hi, blk["pos"].max(0))
+            self._bounds = (lo.tolist(), hi.tolist())
+        return self._bounds
 
     def forces(self) -> StepTimes:
         """Sort (if needed), build, moments and the walk: self-gravity of every particle into
@@ -514,23 +535,25 @@ class OutOfCore:
         before = self.store.stats()
         st.start_traffic(before)
         h = 0.5 * dt
+        origin = self._position_bounds()  # the drift's start: the step's frame follows
         predicted, self._next_bounds = self._next_bounds, None
         self._tree = None
         self._sorted = False  # the drift moves every particle
         if predicted is not None and predicted[0] == dt:
             t0 = time.perf_counter()
-            st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]))
+            st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]), drift_origin=origin)
             st.sort = time.perf_counter() - t0
             st.kick_drift_in_sort = bool(st.sort_detail["kick_drift_applied"])
             st.add_stage_bytes("sort", self.store.stats())
         if not st.kick_drift_in_sort:
             t0 = time.perf_counter()
             _core.store_kick_drift(self.store._core, h, dt, KICK_BLOCK)
+            self._bounds = None  # moved
             st.kick_drift = time.perf_counter() - t0
             st.add_stage_bytes("kick_drift", self.store.stats())
             t0 = time.perf_counter()
             missed = st.sort  # a sort whose prediction missed counts with this one
-            st.sort_detail = self.sort()
+            st.sort_detail = self.sort(drift_origin=origin)
             st.sort = missed + time.perf_counter() - t0
             st.add_stage_bytes("sort", self.store.stats())
         # the closing kick rides on the walk, which also predicts the next step's bounds

@@ -38,6 +38,8 @@ Results are bitwise identical for any thread count (each run is summed by one th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -86,6 +88,10 @@ class Tree:
         that grows with N within ``memory_budget`` ("4GiB"; gravpipe.ooc). The forces are the
         in-core ones bit for bit; ``forces(pos_i)`` and ``alpha`` are not available there.
         ``close()`` (or collection) removes the scratch file.
+    frame : (lower corner (3,), grid cells per unit length): the cube the particles are
+        keyed in, which decides the octree's cells (not the accuracy: cells are measured by
+        their particles). Default: their bounding cube. ``TreeGravity.frame`` gives a run
+        step's, so that a tree of the same cells can be built again (the run's diagnostics).
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
@@ -93,7 +99,8 @@ class Tree:
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
                  precision: str = "mixed", local_expansion: bool = True, isa: str = "auto",
-                 memory_budget: str | int | None = None, scratch: str | None = None):
+                 memory_budget: str | int | None = None, scratch: str | None = None,
+                 frame: tuple[Sequence[float], float] | None = None):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -108,10 +115,14 @@ class Tree:
         self.local_expansion = bool(local_expansion)
         self._ooc = None
         if memory_budget is not None or scratch is not None:
+            if frame is not None:
+                raise ValueError("frame: out of core the tree keeps the store's curve order (leave frame out)")
             self._ooc = self._out_of_core(pos_a, mass_a, memory_budget, scratch, a, nthreads, isa)
             return
+        if frame is not None:
+            frame = ([float(x) for x in frame[0]], float(frame[1]))
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                nthreads, precision, self.local_expansion, resolve_isa(isa))
+                                nthreads, precision, self.local_expansion, resolve_isa(isa), frame)
 
     def _out_of_core(self, pos, mass, memory_budget, scratch, alpha: float, threads: int, isa: str):
         from gravpipe.ooc import OutOfCore
@@ -240,6 +251,15 @@ class TreeGravity:
     def provider(self):
         """The core force provider (``_core.TreeForceProvider``) integrators take forces from."""
         return self._impl
+
+    @property
+    def frame(self) -> tuple[list[float], float] | None:
+        """The cube the last written particles were keyed in (lower corner, grid cells per
+        unit length): their bounding cube, or in a leapfrog step the step's frame (known
+        from the positions the drift started from; curve_order.hpp, step_frame). None
+        before any. ``Tree(..., frame=)`` builds that tree again."""
+        f = self._impl.frame
+        return None if f is None else (list(f[0]), float(f[1]))
 
     @property
     def stats(self) -> PipelineStats:

@@ -55,6 +55,17 @@ inline bool same_frame(const CurveBox& a, const CurveBox& b) {
 /// curve_box of the per-axis bounds of positions (3n row-major); n = 0 gives scale 0.
 CurveBox bounding_cube(Span<const double> pos, int threads);
 
+/// The per-axis bounds of positions (3n row-major), exact (empty: lo inf, hi -inf).
+AxisBounds axis_bounds(Span<const double> pos, int threads);
+
+/// The frame of a time step's tree. A leapfrog step's new positions (bounds `after`) are its
+/// old ones (bounds `before`) moved a little: while they stay inside the old bounds grown by
+/// 1/256 of their largest extent on every side, the frame is that grown box's cube, which
+/// the step knows before its last particle has moved (an out-of-core walk can key the next
+/// step's positions as it drifts them); otherwise it is the new positions' own cube. The
+/// in-core and the out-of-core leapfrog both key their steps so, and so build the same trees.
+CurveBox step_frame(const AxisBounds& before, const AxisBounds& after);
+
 /// Morton key of each position (3n row-major) within `box`; positions outside it clamp to
 /// its faces, so foreign points (forces at arbitrary positions) still get valid keys.
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads);

@@ -12,6 +12,8 @@
 
 namespace gravpipe {
 
+struct AxisBounds;  // curve_order.hpp
+
 /// Hermite predictor coefficients of k j-particles at their own times (GRAPE-6's
 /// g6_set_j_particle): caller's indices, positions, velocities, accelerations, jerks
 /// (3k each, row-major) and own times in integrator ticks.
@@ -33,6 +35,10 @@ class ForceProvider {
   /// Forces on the i-particles of `req` from the current j-set.
   virtual void forces(const ForceRequest& req) = 0;
   virtual PipelineStats stats() const = 0;
+  /// The next set_j holds the positions of a time step's drift from positions with these
+  /// bounds (a leapfrog step says so before it drifts). A tree keys them in
+  /// step_frame(before, their bounds); a direct sum has no use for it.
+  virtual void set_drift_origin(const AxisBounds&) {}
 
   /// Whether this provider keeps predictor coefficients and predicts j-particles itself
   /// (the GPU: then a Hermite block sends only its active particles, not all N).

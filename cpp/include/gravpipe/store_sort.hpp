@@ -59,10 +59,16 @@ struct StoreSortConfig {
   /// offset, offset + 1, ...): "id" is then written from the sorted index, not carried
   /// through the runs and the permute (24 of the ~336 bytes a particle the sort moves).
   std::optional<std::int64_t> id_from_index;
+  /// The bounds of the positions before a leapfrog step's drift, when the store holds (or
+  /// the kick-drift makes) that step's drifted positions: they are keyed in
+  /// step_frame(drift_origin, their bounds), the in-core leapfrog's frame; without it, in
+  /// their own bounding cube.
+  std::optional<AxisBounds> drift_origin;
 };
 
 struct StoreSortStats {
   CurveBox frame;
+  AxisBounds bounds;  // of the positions sorted (drifted, with a kick-drift)
   std::int64_t runs = 0, run_particles = 0;
   /// The kick-drift asked for was applied (false: not asked for, or its bounds missed and
   /// the store is as it was).

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -327,7 +328,12 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 /// request that breaks the providers' contract (force_request_check.hpp).
 class Tree {
  public:
-  Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params);
+  /// `frame` (optional): the cube the particles are keyed in (step_frame in a time step);
+  /// by default their bounding cube.
+  Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame = nullptr);
+
+  /// The cube its particles are keyed in.
+  const CurveBox& frame() const { return frame_; }
 
   /// Self-gravity of the tree's own particles (self excluded), in the caller's order.
   /// acc 3n, pot n. Uses and then updates the old |a| for the relative criterion.
@@ -378,9 +384,14 @@ class TreeForceProvider final : public ForceProvider {
   void set_j(Span<const double> pos, Span<const double> mass, Span<const double> vel) override;
   void update_j(Span<const double> pos, Span<const double> vel) override;
   void forces(const ForceRequest& req) override;
+  /// The next set_j is a step's drift of positions with these bounds: its tree is keyed in
+  /// step_frame(before, its own bounds), as the out-of-core leapfrog keys it.
+  void set_drift_origin(const AxisBounds& before) override { before_ = before; }
   PipelineStats stats() const override { return stats_; }
   const TreeStats& tree_stats() const { return last_; }
   Isa isa() const { return isa_; }
+  /// The frame of the current j-set's tree (none before the first set_j).
+  std::optional<CurveBox> frame() const { return tree_ ? std::optional<CurveBox>(tree_->frame()) : std::nullopt; }
 
  private:
   TreeParams params_;
@@ -389,6 +400,7 @@ class TreeForceProvider final : public ForceProvider {
   bool has_vel_ = false;       // whether set_j was given velocities (update_j must match)
   std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
   std::unique_ptr<Tree> tree_;
+  std::optional<AxisBounds> before_;  // set_drift_origin's, for the next set_j only
   PipelineStats stats_;
   TreeStats last_;
 };

@@ -135,9 +135,8 @@ CurveBox curve_box(const double lo[3], const double hi[3]) {
   return box;
 }
 
-CurveBox bounding_cube(Span<const double> pos, int threads) {
+AxisBounds axis_bounds(Span<const double> pos, int threads) {
   const auto n = static_cast<std::int64_t>(pos.size() / 3);
-  if (n == 0) return CurveBox{};
   double lx = INFINITY, ly = INFINITY, lz = INFINITY, hx = -INFINITY, hy = -INFINITY, hz = -INFINITY;
 #pragma omp parallel for num_threads(threads) if (n >= kMinParallel) \
     reduction(min : lx, ly, lz) reduction(max : hx, hy, hz)
@@ -146,8 +145,28 @@ CurveBox bounding_cube(Span<const double> pos, int threads) {
     ly = std::min(ly, pos[3 * k + 1]), hy = std::max(hy, pos[3 * k + 1]);
     lz = std::min(lz, pos[3 * k + 2]), hz = std::max(hz, pos[3 * k + 2]);
   }
-  const double lo[3] = {lx, ly, lz}, hi[3] = {hx, hy, hz};
-  return curve_box(lo, hi);
+  AxisBounds b;
+  b.lo[0] = lx, b.lo[1] = ly, b.lo[2] = lz, b.hi[0] = hx, b.hi[1] = hy, b.hi[2] = hz;
+  return b;
+}
+
+CurveBox bounding_cube(Span<const double> pos, int threads) {
+  if (pos.size() < 3) return CurveBox{};
+  return axis_bounds(pos, threads).cube();
+}
+
+CurveBox step_frame(const AxisBounds& before, const AxisBounds& after) {
+  double extent = 0;
+  for (int c = 0; c < 3; ++c) extent = std::max(extent, before.hi[c] - before.lo[c]);
+  // 1/256 of the extent: a power of two, so the room itself is exact
+  const double room = std::ldexp(extent, -8);
+  AxisBounds grown;
+  bool inside = std::isfinite(room);
+  for (int c = 0; c < 3; ++c) {
+    grown.lo[c] = before.lo[c] - room, grown.hi[c] = before.hi[c] + room;
+    inside = inside && after.lo[c] >= grown.lo[c] && after.hi[c] <= grown.hi[c];
+  }
+  return inside ? grown.cube() : after.cube();
 }
 
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads) {

@@ -1,9 +1,12 @@
 #include "gravpipe/leapfrog.hpp"
 #include "gravpipe/leapfrog_element.hpp"
 
+#include <omp.h>
+
 #include <cmath>
 #include <string>
 
+#include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/format_number.hpp"
 #include "gravpipe/stopwatch.hpp"
@@ -77,6 +80,9 @@ void LeapfrogIntegrator::check_forces(double t) const {
 void LeapfrogIntegrator::step(double dt) {
   const auto m = static_cast<std::int64_t>(3 * s_.size());
   const double h = 0.5 * dt;
+  // where the drift starts: a tree keys the drifted positions in a frame known from these
+  // (step_frame), as the out-of-core leapfrog must, to give the same trees
+  forces_.set_drift_origin(axis_bounds({s_.pos.data(), s_.pos.size()}, omp_get_max_threads()));
 #pragma omp parallel for schedule(static) if (m >= kMinParallel)
   for (std::int64_t k = 0; k < m; ++k) {
     s_.vel[k] = kicked(s_.vel[k], acc_[k], h);

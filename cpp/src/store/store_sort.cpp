@@ -107,14 +107,20 @@ void write_ids(ParticleStore& s, std::int64_t offset, std::int64_t b, std::int64
 
 /// The bounding cube of every position, read block by block (one block when the sort has one
 /// run: `buf` then holds every position for the run to use).
-CurveBox store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf) {
+AxisBounds store_bounds(ParticleStore& s, std::int64_t block, std::vector<double>& buf) {
   AxisBounds bounds;  // exact, so blocks give the in-core bounding_cube's box bit for bit
   for (std::int64_t b = 0; b < s.size(); b += block) {
     const std::int64_t n = std::min(block, s.size() - b);
     s.read("pos", b, n, buf.data());
     for (std::int64_t k = 0; k < n; ++k) bounds.add(&buf[3 * k]);
   }
-  return bounds.cube();
+  return bounds;
+}
+
+/// The frame of positions with these bounds: a step's (step_frame) after a drift, else
+/// their bounding cube.
+CurveBox frame_of(const StoreSortConfig& c, const AxisBounds& bounds) {
+  return c.drift_origin ? step_frame(*c.drift_origin, bounds) : bounds.cube();
 }
 
 /// What load_run reads of one run (run particles each; vel and acc only for a kick-drift):
@@ -400,9 +406,10 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   RunScratch w;
   w.in.resize(static_cast<std::size_t>(run)), w.out.resize(static_cast<std::size_t>(run));
   if (kick_drift)
-    st.frame = c.kick_drift->bounds.cube();  // one run: replaced by the run's own below
+    st.bounds = c.kick_drift->bounds;  // predicted; one run: replaced by the run's own below
   else
-    st.frame = store_bounds(s, run, loaded[0].pos);  // one run: leaves every position there
+    st.bounds = store_bounds(s, run, loaded[0].pos);  // one run: leaves every position there
+  st.frame = frame_of(c, st.bounds);
   st.seconds_bounds = seconds_since(t0);
 
   t0 = Clock::now();
@@ -413,7 +420,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   if (!overlap) {
     for (std::int64_t k = 0; k < k_runs; ++k) {
       load(k, loaded[0]);
-      if (kick_drift && k_runs == 1) st.frame = loaded[0].drifted.cube();  // every position is in memory
+      if (kick_drift && k_runs == 1) st.frame = frame_of(c, loaded[0].drifted);  // every position is in memory
       sort_run(s, c, st.frame, k_runs > 1, loaded[0], w);
     }
   } else {
@@ -436,7 +443,8 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   st.seconds_runs = seconds_since(t0);
   traffic(st.runs_read, st.runs_written);  // the bounds pass's reads count with the runs
   // the runs went to the twins only: a missed prediction leaves the fields as they were
-  if (kick_drift && !same_frame(drifted.cube(), st.frame)) return st;
+  if (kick_drift && !same_frame(frame_of(c, drifted), st.frame)) return st;
+  if (kick_drift) st.bounds = drifted;
   st.kick_drift_applied = kick_drift;
   if (k_runs == 1) return st;
 

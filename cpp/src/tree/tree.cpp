@@ -86,7 +86,7 @@ void record_group_work(TreeStats& stats, const GroupWork& work, double wall, std
   stats.seconds_forces = wall;
 }
 
-Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params)
+Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame)
     : params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)) {
@@ -94,7 +94,7 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   const std::size_t n = check_j_set(pos, mass, {});
 
   auto t0 = Clock::now();
-  frame_ = bounding_cube(pos, threads_);
+  frame_ = frame != nullptr ? *frame : bounding_cube(pos, threads_);
   std::vector<std::uint64_t> keys = curve_keys(pos, frame_, threads_);
   order_ = sort_keys(keys, threads_);
   rank_.resize(n);
@@ -197,8 +197,15 @@ void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, S
   const auto t0 = Clock::now();
   pos_.assign(pos.begin(), pos.end());
   mass_.assign(mass.begin(), mass.end());
+  // a step's drift: the frame its out-of-core counterpart knows before the drift ends
+  std::optional<CurveBox> frame;
+  if (before_) {
+    const int threads = params_.threads > 0 ? params_.threads : omp_get_max_threads();
+    frame = step_frame(*before_, axis_bounds({pos_.data(), pos_.size()}, threads));
+    before_.reset();
+  }
   tree_ = std::make_unique<Tree>(Span<const double>{pos_.data(), pos_.size()},
-                                 Span<const double>{mass_.data(), mass_.size()}, params_);
+                                 Span<const double>{mass_.data(), mass_.size()}, params_, frame ? &*frame : nullptr);
   if (a_old_.size() == mass_.size()) tree_->set_old_accelerations({a_old_.data(), a_old_.size()});
   stats_.j_particles += mass_.size();
   stats_.bytes_j_write += 32 * mass_.size();
