@@ -234,7 +234,10 @@ void bind_store(nb::module_& m) {
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
            bool overlap_reads, std::optional<std::int64_t> id_from_index,
-           std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin) {
+           std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin,
+           std::optional<std::tuple<std::int64_t, std::array<double, 3>, double, double, double, std::array<double, 3>,
+                                    std::array<double, 3>>>
+               presorted) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
@@ -244,6 +247,14 @@ void bind_store(nb::module_& m) {
             const auto& [lo, hi] = *drift_origin;
             std::copy(lo.begin(), lo.end(), b.lo), std::copy(hi.begin(), hi.end(), b.hi);
             config.drift_origin = b;
+          }
+          if (presorted) {
+            const auto& [run, lo, scale, h, dt, dlo, dhi] = *presorted;
+            PresortedRuns r;
+            r.run = run, r.h = h, r.dt = dt, r.frame.scale = scale;
+            std::copy(lo.begin(), lo.end(), r.frame.lo);
+            std::copy(dlo.begin(), dlo.end(), r.drifted.lo), std::copy(dhi.begin(), dhi.end(), r.drifted.hi);
+            config.presorted = r;
           }
           if (kick_drift) {
             const auto& [h, dt, lo, hi] = *kick_drift;
@@ -271,11 +282,13 @@ void bind_store(nb::module_& m) {
           d["bounds_lo"] = std::vector<double>{st.bounds.lo[0], st.bounds.lo[1], st.bounds.lo[2]};
           d["bounds_hi"] = std::vector<double>{st.bounds.hi[0], st.bounds.hi[1], st.bounds.hi[2]};
           d["kick_drift_applied"] = st.kick_drift_applied;
+          d["presorted_used"] = st.presorted_used;
           return d;
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
         nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
         nb::arg("id_from_index").none() = nb::none(), nb::arg("drift_origin").none() = nb::none(),
+        nb::arg("presorted").none() = nb::none(),
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
         "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
         "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
@@ -284,11 +297,14 @@ void bind_store(nb::module_& m) {
         "'id' is then written from the sorted index instead of carried (leave it out of carried). drift_origin "
         "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
         "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "
-        "the bounds of the positions sorted.");
+        "the bounds of the positions sorted. presorted (run, frame_lo, frame_scale, h, dt, drifted_lo, drifted_hi): "
+        "runs made during the walk, used when they match this kick-drift ('presorted_used').");
   m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
         nb::arg("overlap_reads") = false,
         "Sort buffer bytes a particle of a run takes (one run needs n times this with overlap_reads False; "
         "several runs read overlapped take the larger figure).");
+  m.def("sort_run_writer_bytes", &SortRunWriter::budget_bytes, nb::arg("run"),
+        "Bytes of the budget the walk's run writer takes for runs of `run` particles.");
   m.def("least_sort_buffer", &least_sort_buffer, nb::arg("n"), "The least sort buffer (bytes) for n particles.");
   m.def("store_kick_drift",
         [](StoreBox& b, double h, double dt, std::int64_t block) {

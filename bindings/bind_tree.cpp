@@ -15,6 +15,7 @@
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/paged_leapfrog.hpp"
+#include "gravpipe/walk_runs.hpp"
 #include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
@@ -230,7 +231,10 @@ void bind_tree(nb::module_& m) {
       .def(
           "self_forces",
           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,
-             std::optional<std::tuple<double, double, double, double>> closing_kick) -> nb::object {
+             std::optional<std::tuple<double, double, double, double>> closing_kick,
+             std::optional<std::tuple<std::int64_t, std::vector<std::string>, std::optional<std::int64_t>,
+                                      std::array<double, 3>, std::array<double, 3>>>
+                 presort) -> nb::object {
             if (!closing_kick) {
               nb::gil_scoped_release release;
               t.get().self_forces(acc_field, pot_field);
@@ -238,23 +242,49 @@ void bind_tree(nb::module_& m) {
             }
             const auto [h, time, next_h, next_dt] = *closing_kick;
             AxisBounds next;
+            std::optional<PresortedRuns> runs;
             {
               nb::gil_scoped_release release;
               PagedTree& tree = t.get();
               PagedClosingKick kick(t.store(), h, time, tree.threads(), next_h, next_dt);
+              std::unique_ptr<WalkRuns> walk_runs;
+              if (presort && next_dt > 0) {
+                const auto& [run, carried, id_from_index, lo, hi] = *presort;
+                StoreSortConfig c{carried, 0, 1};
+                c.id_from_index = id_from_index;
+                c.kick_drift = SortKickDrift{next_h, next_dt, {}};
+                AxisBounds origin;
+                std::copy(lo.begin(), lo.end(), origin.lo), std::copy(hi.begin(), hi.end(), origin.hi);
+                walk_runs = std::make_unique<WalkRuns>(t.store(), c, run, with_room(origin).cube());
+              }
               tree.self_forces(acc_field, pot_field,
-                               [&kick](std::int64_t b, std::int64_t n, const double* acc, const double* pot) {
-                                 kick(b, n, acc, pot);
+                               [&kick, &walk_runs](std::int64_t b, std::int64_t n, const double* acc, const double* pot) {
+                                 if (kick(b, n, acc, pot) && walk_runs) walk_runs->kicked(b, n);
                                });
+              if (walk_runs) runs = walk_runs->finish();
               kick.throw_if_bad();
               next = kick.next_bounds();
             }
-            return nb::make_tuple(std::vector<double>(next.lo, next.lo + 3), std::vector<double>(next.hi, next.hi + 3));
+            nb::object bounds =
+                nb::make_tuple(std::vector<double>(next.lo, next.lo + 3), std::vector<double>(next.hi, next.hi + 3));
+            if (!presort) return bounds;
+            if (!runs) return nb::make_tuple(bounds, nb::none());
+            nb::dict d;
+            d["run"] = runs->run;
+            d["frame_lo"] = std::vector<double>(runs->frame.lo, runs->frame.lo + 3);
+            d["frame_scale"] = runs->frame.scale;
+            d["h"] = runs->h, d["dt"] = runs->dt;
+            d["drifted_lo"] = std::vector<double>(runs->drifted.lo, runs->drifted.lo + 3);
+            d["drifted_hi"] = std::vector<double>(runs->drifted.hi, runs->drifted.hi + 3);
+            return nb::make_tuple(bounds, d);
           },
           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::arg("closing_kick").none() = nb::none(),
+          nb::arg("presort").none() = nb::none(),
           "Self-gravity into the store's fields. closing_kick (h, t, next_h, next_dt): also vel += h acc run by "
           "run as the walk writes them (IntegrationError at t if a force is not finite), and return the bounds "
-          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give.")
+          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give. presort (run, carried, "
+          "id_from_index, lo, hi): also make the next sort's runs of `run` particles during the walk, keyed in "
+          "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None).")
       .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
       .def("cell_counters", [](const PagedTreeBox& t) { return bindings::counters_dict(t.get().cell_counters()); })

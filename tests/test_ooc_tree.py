@@ -677,3 +677,64 @@ def test_a_step_keys_its_tree_in_a_frame_known_before_the_drift(tmp_path, kick):
         for k in (1, 2):
             assert st[k].sort_detail["frame_lo"] == frames[k][0] and st[k].sort_detail["frame_scale"] == frames[k][1]
         assert np.array_equal(o.gather("pos"), sim.particles.pos) and np.array_equal(o.gather("vel"), sim.particles.vel)
+
+
+def _presort_pair(tmp_path, p, dt, steps, between=None):
+    """Two out-of-core runs of the same particles, the walk making the next sort's runs in
+    one (presort) and not in the other; ``between(o)`` after the first step. Returns their
+    steps' sort details and final (pos, vel) each."""
+    out = []
+    for presort in (True, False):
+        d = tmp_path / f"presort{presort}"
+        d.mkdir()
+        with OutOfCore.from_particles(p, d, _least(len(p.mass), 2) + 96 * PAGE, eps=EPS, threads=2,
+                                      page_bytes=PAGE) as o:
+            o.presort, o.presort_run = presort, 1024  # several runs of a small store
+            details = []
+            for k in range(steps):
+                details.append(o.step(dt).sort_detail)
+                if k == 0 and between is not None:
+                    between(o)
+            out.append((details, o.gather("pos"), o.gather("vel")))
+    return out
+
+
+def test_runs_made_during_the_walk_give_the_sorts_own_steps(tmp_path):
+    """What this proves: the next sort's runs, made by a worker as the walk's closing kick
+    completes each range (kick-drift, keys in the step's frame, twins), are used by the next
+    sort, which then goes straight to its merge; the steps are the in-core leapfrog's bit for
+    bit, as they are when the sort makes its runs itself."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=10)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
+    sim.evolve(4 * dt)
+    (with_runs, pos1, vel1), (without, pos0, vel0) = _presort_pair(tmp_path, p, dt, 4)
+    assert [d["presorted_used"] for d in with_runs] == [False, True, True, True]
+    assert with_runs[1]["runs"] > 1 and with_runs[1]["seconds_runs"] == 0
+    assert not any(d["presorted_used"] for d in without)
+    assert np.array_equal(pos1, sim.particles.pos) and np.array_equal(vel1, sim.particles.vel)
+    assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
+
+
+def test_runs_made_during_the_walk_are_dropped_when_the_store_changes_or_a_particle_leaves(tmp_path):
+    """What this proves: runs made during a walk are not used when the store was written
+    since (here the velocities, halved through the store: the runs carry the old ones), nor
+    when a drifted particle leaves the frame they were keyed in; the sort then makes its own,
+    and the steps equal those of a run that never made any."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=13)
+
+    def halve_velocities(o):
+        o.store.write("vel", 0, 0.5 * o.store.read("vel", 0, o.n))
+
+    (tmp_path / "w").mkdir()
+    (a, pos1, vel1), (_, pos0, vel0) = _presort_pair(tmp_path / "w", p, dt, 3, halve_velocities)
+    assert [d["presorted_used"] for d in a] == [False, False, True]
+    assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
+    vel = p.vel.copy()
+    vel[int(np.argmax(p.pos[:, 0]))] = [0.4 / dt, 0, 0]  # out of the room in the second step
+    q = gp.Particles(p.pos, vel, p.mass, p.id)
+    (tmp_path / "f").mkdir()
+    (b, pos1, vel1), (_, pos0, vel0) = _presort_pair(tmp_path / "f", q, dt, 3)
+    assert b[1]["presorted_used"] is False and b[1]["kick_drift_applied"]
+    assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)

@@ -89,6 +89,8 @@ KICK_BLOCK = 1 << 16
 #: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
 #: page, or come when its share of pinned frames is full): a run's worth, with room to spare
 COPY_ALLOWANCE = 4 << 20
+#: particles of a run the walk makes for the next sort (walk_runs.hpp): ~4 MB of the budget
+PRESORT_RUN = 1 << 15
 
 
 #: bytes of x, y, z and m pages the tree walk's working set holds for each compute thread and
@@ -296,6 +298,11 @@ class OutOfCore:
                  isa: str = "auto", page_bytes: str | int | None = None, cache_bytes: str | int | None = None,
                  io: str = "auto", eviction: str = "clock", read_ahead: int = 4,
                  sort_buffer: str | int | None = None):
+        #: whether a step's walk also makes the next sort's runs (walk_runs.hpp); changes
+        #: when the disk works, never a bit of the results
+        self.presort = True
+        #: particles of each of those runs (rounded up to a whole number of pages)
+        self.presort_run = PRESORT_RUN
         self.n = int(n)
         if self.n < 1:
             raise ValueError(f"n: must be >= 1, got {n}")
@@ -334,6 +341,9 @@ class OutOfCore:
         # None when unknown (a fill, a checkpoint) until a sort or a step's pass finds them.
         # A step's drift starts from them, and its tree's frame follows (step_frame)
         self._bounds: tuple[list[float], list[float]] | None = None
+        # the next sort's runs, made during the last walk (PagedTree.self_forces' presort),
+        # with the carried fields and the store's writes they were made from; None when none
+        self._presorted: tuple[dict, list[str], dict] | None = None
         # c when every id is its particle's caller index + c (checked as blocks are written,
         # which must come in order from 0): the sort then writes ids from the index instead
         # of carrying them; None otherwise. _ids_written: particles whose ids were checked;
@@ -425,6 +435,7 @@ class OutOfCore:
         self._have_forces = False
         self._next_bounds = None
         self._bounds = None
+        self._presorted = None
 
     def _note_ids(self, b: int, ids: np.ndarray, index: np.ndarray) -> None:
         """Keep _id_offset: the c with id = index + c (mod 2^64, as the sort adds them) over
@@ -448,8 +459,31 @@ class OutOfCore:
 
     # ---- the stages ---------------------------------------------------------------------------
 
+    def _presort_run(self) -> int:
+        """Particles of a run the walk makes for the next sort: presort_run rounded up to the
+        longest page's, so that runs start on page boundaries; 0 (none) for a store of fewer
+        particles or a budget with too little room for the run's buffers."""
+        per_page = max(self.store.particles_per_page(f) for f in ("pos", "vel", "mass", "id", "index", "key"))
+        run = -(-int(self.presort_run) // per_page) * per_page
+        # its buffers come out of the room the tree's cell cache takes: at most an eighth of it
+        # (N = 1e7 at 1/10: 4.5 of ~65 MB); a budget near the least makes its runs in the sort
+        if run >= self.n or int(_core.sort_run_writer_bytes(run)) > self.plan.headroom // 8:
+            return 0
+        return run
+
+    def _usable_presorted(self, dt: float) -> dict | None:
+        """The runs the last walk made, if the store is as they were made from: the same
+        carried fields and no write to the store since (a user's write would make them stale)."""
+        runs, self._presorted = self._presorted, None
+        if runs is None:
+            return None
+        made, carried, writes = runs
+        if made["dt"] != dt or carried != self._carried() or writes != dict(self.store.writes):
+            return None
+        return made
+
     def sort(self, kick_drift: tuple[float, float, list[float], list[float]] | None = None,
-             drift_origin: tuple[list[float], list[float]] | None = None) -> dict:
+             drift_origin: tuple[list[float], list[float]] | None = None, presorted: dict | None = None) -> dict:
         """External sort of every particle into curve order (key, caller index). With
         ``kick_drift`` (h, dt, lo, hi) the sort first applies vel += h acc, pos += dt vel to
         each run it reads, keyed in the frame of the predicted bounds [lo, hi] of the drifted
@@ -459,9 +493,12 @@ class OutOfCore:
         leapfrog's: curve_order.hpp, step_frame)."""
         self._tree = None  # its cells' budget goes back first
         carried = self._carried()
+        made = None if presorted is None else (presorted["run"], presorted["frame_lo"], presorted["frame_scale"],
+                                                presorted["h"], presorted["dt"], presorted["drifted_lo"],
+                                                presorted["drifted_hi"])
         d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
                                            kick_drift, id_from_index=None if "id" in carried else self._id_offset,
-                                           drift_origin=drift_origin))
+                                           drift_origin=drift_origin, presorted=made))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
         if self._sorted:
             self._bounds = (list(d["bounds_lo"]), list(d["bounds_hi"]))
@@ -493,24 +530,36 @@ class OutOfCore:
         self.last = st
         return st
 
-    def _tree_forces(self, st: StepTimes, closing_kick: tuple[float, float, float, float] | None = None):
+    def _tree_forces(self, st: StepTimes, closing_kick: tuple[float, float, float, float] | None = None,
+                     presort: bool = False):
         """Build, moments, walk into ``acc`` and ``pot``; with ``closing_kick`` (h, t, next_h,
         next_dt) also the kick of each run as the walk writes it: returns the predicted bounds
-        (lo, hi) of the next kick-drift's positions (PagedTree.self_forces)."""
+        (lo, hi) of the next kick-drift's positions (PagedTree.self_forces). With ``presort``
+        the walk also makes the next sort's runs (kept in ``_presorted``)."""
         p = self.params
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
+        self._presorted = None
+        run = self._presort_run() if presort and closing_kick is not None and self._bounds is not None else 0
         st.start_traffic(self.store.stats())
+        keep_free = tree_keep_free(self.n, self.threads) + (int(_core.sort_run_writer_bytes(run)) if run else 0)
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
-                               tree_keep_free(self.n, self.threads))
+                               keep_free)
         s0 = tree.stats()
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree
         c0 = tree.cell_counters()
         st.add_stage_bytes("build_moments", self.store.stats(), (int(c0["bytes_read"]), int(c0["bytes_written"])))
         t1 = time.perf_counter()
-        next_bounds = tree.self_forces(closing_kick=closing_kick)
+        if run:
+            carried = self._carried()
+            presort_args = (run, carried, None if "id" in carried else self._id_offset, *self._bounds)
+            next_bounds, made = tree.self_forces(closing_kick=closing_kick, presort=presort_args)
+            if made is not None:
+                self._presorted = (dict(made), carried, dict(self.store.writes))
+        else:
+            next_bounds = tree.self_forces(closing_kick=closing_kick)
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         c = tree.cell_counters()
@@ -539,9 +588,11 @@ class OutOfCore:
         predicted, self._next_bounds = self._next_bounds, None
         self._tree = None
         self._sorted = False  # the drift moves every particle
+        presorted = self._usable_presorted(dt)
         if predicted is not None and predicted[0] == dt:
             t0 = time.perf_counter()
-            st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]), drift_origin=origin)
+            st.sort_detail = self.sort(kick_drift=(h, dt, predicted[1], predicted[2]), drift_origin=origin,
+                                       presorted=presorted)
             st.sort = time.perf_counter() - t0
             st.kick_drift_in_sort = bool(st.sort_detail["kick_drift_applied"])
             st.add_stage_bytes("sort", self.store.stats())
@@ -557,7 +608,7 @@ class OutOfCore:
             st.sort = missed + time.perf_counter() - t0
             st.add_stage_bytes("sort", self.store.stats())
         # the closing kick rides on the walk, which also predicts the next step's bounds
-        lo, hi = self._tree_forces(st, closing_kick=(h, self.t + dt, h, dt))
+        lo, hi = self._tree_forces(st, closing_kick=(h, self.t + dt, h, dt), presort=self.presort)
         self._next_bounds = (dt, lo, hi)
         self.t += dt
         self._traffic(st, before)

@@ -65,6 +65,9 @@ AxisBounds axis_bounds(Span<const double> pos, int threads);
 /// step's positions as it drifts them); otherwise it is the new positions' own cube. The
 /// in-core and the out-of-core leapfrog both key their steps so, and so build the same trees.
 CurveBox step_frame(const AxisBounds& before, const AxisBounds& after);
+/// The old bounds grown by 1/256 of their largest extent on every side: step_frame's box
+/// while the new positions stay inside it.
+AxisBounds with_room(const AxisBounds& before);
 
 /// Morton key of each position (3n row-major) within `box`; positions outside it clamp to
 /// its faces, so foreign points (forces at arbitrary positions) still get valid keys.

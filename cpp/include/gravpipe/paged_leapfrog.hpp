@@ -38,8 +38,9 @@ class PagedClosingKick {
  public:
   PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h = 0, double next_dt = 0);
 
-  /// Particles [begin, begin + n): acc (3n) and pot (n) just computed.
-  void operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot);
+  /// Particles [begin, begin + n): acc (3n) and pot (n) just computed. Returns whether they
+  /// were kicked (false: a force not finite, remembered for throw_if_bad).
+  bool operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot);
 
   /// The store position of the first particle whose force is not finite (-1: none).
   std::int64_t first_bad() const { return first_bad_; }

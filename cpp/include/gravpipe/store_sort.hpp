@@ -25,6 +25,7 @@
 // false) for the caller to kick-drift and sort the plain way.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,15 @@ inline std::string sort_twin(const std::string& field) { return field + "~"; }
 struct SortKickDrift {
   double h = 0, dt = 0;
   AxisBounds bounds;
+};
+
+/// Runs made ahead of the sort (SortRunWriter, during the walk): their length, the frame
+/// they are keyed in, the kick-drift they applied, and the bounds of the drifted positions.
+struct PresortedRuns {
+  std::int64_t run = 0;
+  CurveBox frame;
+  double h = 0, dt = 0;
+  AxisBounds drifted;
 };
 
 struct StoreSortConfig {
@@ -64,6 +74,10 @@ struct StoreSortConfig {
   /// step_frame(drift_origin, their bounds), the in-core leapfrog's frame; without it, in
   /// their own bounding cube.
   std::optional<AxisBounds> drift_origin;
+  /// Runs already in the twins: with a kick-drift of the same h and dt whose frame (from the
+  /// predicted bounds) is theirs, and drifted bounds that give that frame too, the sort goes
+  /// straight to its merge (StoreSortStats::presorted_used); otherwise it makes its own.
+  std::optional<PresortedRuns> presorted;
 };
 
 struct StoreSortStats {
@@ -73,6 +87,7 @@ struct StoreSortStats {
   /// The kick-drift asked for was applied (false: not asked for, or its bounds missed and
   /// the store is as it was).
   bool kick_drift_applied = false;
+  bool presorted_used = false;  // the runs were made ahead (config.presorted)
   double seconds_bounds = 0, seconds_runs = 0, seconds_merge = 0, seconds_permute = 0;
   /// Bytes read and written by each pass (the store's counters around it)
   std::int64_t runs_read = 0, runs_written = 0, merge_read = 0, merge_written = 0, permute_read = 0,
@@ -88,6 +103,35 @@ std::uint64_t sort_run_bytes_per_particle(bool kick_drift, bool overlap_reads = 
 
 /// The least sort buffer (bytes) that sorts n particles in at most 65535 runs.
 std::uint64_t least_sort_buffer(std::int64_t n);
+
+/// The sort's first pass with a kick-drift, one run at a time, for a caller whose runs'
+/// inputs become ready at different times (the walk's closing kick): write(k) reads run k
+/// (particles [k run, (k + 1) run)), kicks and drifts it, keys it in `frame`, sorts it and
+/// writes it to the twins, with sort_store_by_curve's arithmetic. The twins are discarded
+/// when it is made; its buffers are charged to the store's budget. One write at a time.
+class SortRunWriter {
+ public:
+  /// `c`: the sort's configuration (carried fields, ids, and its kick_drift's h and dt).
+  SortRunWriter(ParticleStore& s, const StoreSortConfig& c, std::int64_t run, const CurveBox& frame);
+  ~SortRunWriter();
+  SortRunWriter(const SortRunWriter&) = delete;
+  SortRunWriter& operator=(const SortRunWriter&) = delete;
+  /// Bytes of the budget a writer of runs of `run` particles takes.
+  static std::uint64_t budget_bytes(std::int64_t run);
+
+  std::int64_t runs() const;
+  void write(std::int64_t k);
+  /// What the sort needs to use the runs (after every run is written).
+  PresortedRuns result() const;
+
+ private:
+  struct Buffers;
+  ParticleStore& s_;
+  StoreSortConfig c_;
+  std::int64_t run_;
+  CurveBox frame_;
+  std::unique_ptr<Buffers> b_;
+};
 
 /// Sort every particle of the store into curve order (within their bounding cube): fields
 /// "pos" (3 x f64), "index" (i64, distinct: the caller's order), "key" (i64, written) and

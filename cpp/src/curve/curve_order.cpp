@@ -155,17 +155,22 @@ CurveBox bounding_cube(Span<const double> pos, int threads) {
   return axis_bounds(pos, threads).cube();
 }
 
-CurveBox step_frame(const AxisBounds& before, const AxisBounds& after) {
+AxisBounds with_room(const AxisBounds& before) {
   double extent = 0;
   for (int c = 0; c < 3; ++c) extent = std::max(extent, before.hi[c] - before.lo[c]);
   // 1/256 of the extent: a power of two, so the room itself is exact
   const double room = std::ldexp(extent, -8);
   AxisBounds grown;
-  bool inside = std::isfinite(room);
-  for (int c = 0; c < 3; ++c) {
-    grown.lo[c] = before.lo[c] - room, grown.hi[c] = before.hi[c] + room;
-    inside = inside && after.lo[c] >= grown.lo[c] && after.hi[c] <= grown.hi[c];
-  }
+  for (int c = 0; c < 3; ++c) grown.lo[c] = before.lo[c] - room, grown.hi[c] = before.hi[c] + room;
+  return grown;
+}
+
+CurveBox step_frame(const AxisBounds& before, const AxisBounds& after) {
+  const AxisBounds grown = with_room(before);
+  bool inside = true;
+  for (int c = 0; c < 3; ++c)
+    inside = inside && std::isfinite(grown.lo[c]) && std::isfinite(grown.hi[c]) && after.lo[c] >= grown.lo[c] &&
+             after.hi[c] <= grown.hi[c];
   return inside ? grown.cube() : after.cube();
 }
 

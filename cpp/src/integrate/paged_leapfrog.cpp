@@ -70,13 +70,13 @@ PagedClosingKick::PagedClosingKick(ParticleStore& s, double h, double t, int thr
                                    double next_dt)
     : s_(s), h_(h), t_(t), next_h_(next_h), next_dt_(next_dt), buffers_(static_cast<std::size_t>(std::max(threads, 1))) {}
 
-void PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot) {
+bool PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot) {
   const auto thread = static_cast<std::size_t>(omp_get_thread_num());
   if (thread >= buffers_.size()) throw InputError("closing kick: more threads than buffers");
   if (const std::int64_t k = first_not_finite(n, acc, pot); k >= 0) {
     const std::lock_guard<std::mutex> lock(bad_mutex_);
     if (first_bad_ < 0 || begin + k < first_bad_) first_bad_ = begin + k;
-    return;
+    return false;
   }
   Buffers& b = buffers_[thread];
   const std::int64_t m = 3 * n;
@@ -85,12 +85,13 @@ void PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const doub
   for (std::int64_t k = 0; k < m; ++k) b.vel[k] = kicked(b.vel[k], acc[k], h_);  // LeapfrogIntegrator::step's last loop
   s_.write("vel", begin, n, b.vel.data());
   s_.cool("vel", begin, begin + n);  // done with: these pages give way before the walk's
-  if (!(next_dt_ > 0)) return;
+  if (!(next_dt_ > 0)) return true;
   b.pos.resize(static_cast<std::size_t>(m));
   s_.read("pos", begin, n, b.pos.data());
   for (std::int64_t k = 0; k < m; ++k)  // paged_kick_drift's loop, the velocity kept in a register
     b.pos[k] = drifted(b.pos[k], kicked(b.vel[k], acc[k], next_h_), next_dt_);
   for (std::int64_t k = 0; k < n; ++k) b.bounds.add(&b.pos[3 * k]);
+  return true;
 }
 
 void PagedClosingKick::throw_if_bad() const {

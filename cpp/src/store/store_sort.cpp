@@ -362,6 +362,45 @@ std::uint64_t least_sort_buffer(std::int64_t n) {
   return std::max<std::uint64_t>(static_cast<std::uint64_t>(run), 1024) * kRunBytesPerParticle;
 }
 
+struct SortRunWriter::Buffers {
+  LoadedRun loaded;
+  RunScratch scratch;
+  Reservation charge;
+};
+
+std::uint64_t SortRunWriter::budget_bytes(std::int64_t run) {
+  // the loaded run (kick-drift) and its scratch: three int64 columns, keys and their sort's
+  return static_cast<std::uint64_t>(run) * (kKickDriftRunBytesPerParticle + 24);
+}
+
+SortRunWriter::SortRunWriter(ParticleStore& s, const StoreSortConfig& c, std::int64_t run, const CurveBox& frame)
+    : s_(s), c_(c), run_(run), frame_(frame), b_(std::make_unique<Buffers>()) {
+  if (!c_.kick_drift) throw InputError("sort run writer: needs the sort's kick-drift");
+  if (run_ < 1 || run_ >= s_.size()) throw InputError("sort run writer: a run must be shorter than the store");
+  check_fields(s_, c_, true);
+  b_->charge = s_.budget().reserve(budget_bytes(run_), "the runs made during the walk");
+  std::vector<std::string> twins{sort_twin("key"), sort_twin("index")};
+  for (const std::string& f : c_.carried) twins.push_back(sort_twin(f));
+  s_.discard_fields(twins);
+  b_->loaded.size_for(run_, true);
+  b_->scratch.in.resize(static_cast<std::size_t>(run_)), b_->scratch.out.resize(static_cast<std::size_t>(run_));
+}
+
+SortRunWriter::~SortRunWriter() = default;
+
+std::int64_t SortRunWriter::runs() const { return (s_.size() + run_ - 1) / run_; }
+
+void SortRunWriter::write(std::int64_t k) {
+  LoadedRun& r = b_->loaded;
+  r.b = k * run_, r.n = std::min(run_, s_.size() - r.b);
+  load_run(s_, c_, false, r);
+  sort_run(s_, c_, frame_, true, r, b_->scratch);
+}
+
+PresortedRuns SortRunWriter::result() const {
+  return {run_, frame_, c_.kick_drift->h, c_.kick_drift->dt, b_->loaded.drifted};
+}
+
 StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   const std::int64_t n = s.size();
   StoreSortStats st;
@@ -380,11 +419,17 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     const std::int64_t shorter = run_length(s, c.buffer_bytes, sort_run_bytes_per_particle(kick_drift, true));
     if ((n + shorter - 1) / shorter <= kMaxRuns) run = shorter, overlap = true;
   }
+  // runs made ahead (during the walk) in the frame this kick-drift's prediction gives
+  const bool presorted = kick_drift && c.presorted && c.presorted->h == c.kick_drift->h &&
+                         c.presorted->dt == c.kick_drift->dt && c.presorted->run < n &&
+                         same_frame(c.presorted->frame, frame_of(c, c.kick_drift->bounds)) &&
+                         same_frame(c.presorted->frame, frame_of(c, c.presorted->drifted));
+  if (presorted) run = c.presorted->run, overlap = false;
   const std::int64_t k_runs = (n + run - 1) / run;
   // a kick-drift's longer records would need too many runs: the caller's plain pass does it
   if (kick_drift && k_runs > kMaxRuns) return st;
   check_fields(s, c, k_runs > 1);
-  if (k_runs > 1) {  // the twins are scratch: every value the runs write, none read before
+  if (k_runs > 1 && !presorted) {  // the twins are scratch: every value the runs write, none read before
     std::vector<std::string> twins{sort_twin("key"), sort_twin("index")};
     for (const std::string& f : c.carried) twins.push_back(sort_twin(f));
     s.discard_fields(twins);
@@ -412,6 +457,11 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   st.frame = frame_of(c, st.bounds);
   st.seconds_bounds = seconds_since(t0);
 
+  if (presorted) {  // straight to the merge
+    st.frame = c.presorted->frame;
+    st.bounds = c.presorted->drifted;
+    st.kick_drift_applied = st.presorted_used = true;
+  } else {
   t0 = Clock::now();
   const auto load = [&](std::int64_t k, LoadedRun& r) {
     r.b = k * run, r.n = std::min(run, n - r.b);
@@ -447,6 +497,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   if (kick_drift) st.bounds = drifted;
   st.kick_drift_applied = kick_drift;
   if (k_runs == 1) return st;
+  }
 
   t0 = Clock::now();
   const Reservation sources = s.budget().reserve(static_cast<std::uint64_t>(n) * sizeof(std::uint16_t),
