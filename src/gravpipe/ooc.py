@@ -7,12 +7,13 @@ A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
     with OutOfCore.from_particles(p, "/scratch", memory_budget="2GiB", eps=1/256) as ooc:
         ooc.forces()                     # sort + build + moments + walk: acc, pot on the pages
         ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
-        ooc.step(1/128)                  # the same dt again: the kick-drift rides on the sort
+        ooc.step(1/128)                  # the same dt again: the kick-drift rides on the sort,
+                                         # whose runs the last walk made (ooc.presort)
         acc = ooc.gather("acc")          # (N,3) in the caller's order (tests; needs N in memory)
 
 The same tree code as :class:`gravpipe.tree.Tree` (octree rule, moment arithmetic, walk, MAC,
 kernels), reading particles through the store's accessor and the tree's cells from pages of
-their own (built in one depth-first pass over the sorted particles): for the same particles, parameters and thread count the forces
+their own (built depth first over the sorted particles, subtrees on the threads): for the same particles, parameters and thread count the forces
 and a leapfrog step are the in-core ones bit for bit. Each sort is external: runs that fit the
 sort buffer are sorted by (curve key, caller index) and merged, so the order is the in-core
 stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
@@ -25,7 +26,12 @@ predicts the bounds of the positions the next step's kick-drift will give, so th
 step with the same ``dt`` kicks and drifts the particles inside the external sort's first
 pass, keyed in the predicted frame. The sort checks that frame bit for bit against the
 drifted positions; a miss (a changed ``dt``, particles written in between) leaves the store
-as it was and the step makes its separate kick-drift pass. Neither changes a bit of the result.
+as it was and the step makes its separate kick-drift pass. Better still, the walk makes the
+next sort's runs itself (``presort``, walk_runs.hpp): a worker kick-drifts, keys and sorts each
+run whose particles the closing kick has finished, in the step's frame, which a step knows
+before its drift ends (the old positions' bounds with room: curve_order.hpp, step_frame, as
+the in-core leapfrog keys its steps); the next sort checks it and only merges. Neither
+changes a bit of the result.
 
 The budget covers everything that grows with N: the page checksum tables, the page cache, the
 tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform cube

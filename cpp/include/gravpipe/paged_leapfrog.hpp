@@ -11,7 +11,9 @@
 //   * the same hook predicts the box of the positions the next step's kick-drift will give
 //     (same dt): the next step's external sort then kicks and drifts the particles as it
 //     reads its runs (StoreSortConfig::kick_drift) in the frame of that box, and checks the
-//     box bit for bit (a wrong prediction falls back to the separate pass, never to wrong keys).
+//     box bit for bit (a wrong prediction falls back to the separate pass, never to wrong keys);
+//   * and a worker can make that sort's runs during the walk itself, from the ranges the
+//     closing kick has finished (walk_runs.hpp), leaving the sort its merge and permute.
 #pragma once
 #include <cstdint>
 #include <mutex>

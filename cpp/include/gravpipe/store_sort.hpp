@@ -23,6 +23,10 @@
 // bounds are checked against it bit for bit before anything but the twins is written: a
 // prediction that misses leaves the fields as they were (StoreSortStats::kick_drift_applied
 // false) for the caller to kick-drift and sort the plain way.
+//
+// The first pass can also be made ahead, run by run, while the tree walk runs (SortRunWriter,
+// walk_runs.hpp): the sort then checks that those runs used its kick-drift and its frame
+// (StoreSortConfig::presorted) and goes straight to the merge.
 #pragma once
 #include <cstdint>
 #include <memory>
