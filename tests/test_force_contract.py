@@ -22,7 +22,7 @@ from gravpipe import _core
 from gravpipe.integrators import INTEGRATORS
 from gravpipe.simulation import Simulation
 
-KNOWN_ISAS = ("avx2", "generic")  # names this build's kernels know (gravpipe/cpu_features.hpp)
+KNOWN_ISAS = ("avx512", "avx2", "generic")  # names this build's kernels know (gravpipe/cpu_features.hpp)
 HERMITE = {"eta": 0.02, "eta_s": 0.01, "dt_max": 0.125}
 
 
