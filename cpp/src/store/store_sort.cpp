@@ -35,7 +35,8 @@ constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / p
 // No read-ahead for the runs, the merge and the permute: they read slices of many ranges in
 // turn (the loader thread already overlaps the runs' reads), and hints past each slice loaded
 // pages that the other slices evicted before use (N = 1e7 at 1/10, 51 runs: 196 -> 163 bytes
-// read a particle). The bounds pass, one sweep of the positions, keeps it.
+// read a particle). The bounds pass, one sweep of the positions, keeps it; the permute hints
+// exactly the pages of its next chunk instead (permute_fields).
 constexpr bool kReadAhead = false;
 
 bool carries_mass(const StoreSortConfig& c) {
@@ -238,6 +239,15 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   }
 }
 
+/// Hand the read-ahead thread the pages that hold particles [begin, begin + count) of column
+/// `component` of `field`, for a pass that knows exactly which slices it reads next (the
+/// permute). Only when pages move depends on this, no value.
+void hint_pages(ParticleStore& s, const std::string& field, int component, std::int64_t begin, std::int64_t count) {
+  if (count <= 0) return;
+  const std::int64_t last = s.page_of(field, component, begin + count - 1);
+  for (std::int64_t p = s.page_of(field, component, begin); p <= last; ++p) s.hint(p);
+}
+
 /// One run's head in the merge: a buffer of its next keys and indices.
 struct RunHead {
   std::int64_t next = 0, end = 0;         // the run's unread particles [next, end) in the twins
@@ -296,33 +306,55 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
   }
 }
 
+/// The distinct fields of a set of columns.
+std::vector<std::string> fields_of(const std::vector<CarriedColumn>& set) {
+  std::vector<std::string> fields;
+  for (const auto& [f, comp] : set)
+    if (std::find(fields.begin(), fields.end(), f) == fields.end()) fields.push_back(f);
+  return fields;
+}
+
 /// Every carried field from the runs (twins) into curve order, a set of columns that share
 /// their pages at a time, in chunks of kChunk / (the set's columns) particles: each run's
 /// slice of every column of the set read one after the other (their twin pages shared), then
 /// each column of the chunk written, so that a page of the set is read and written whole
 /// while it is in the cache (the fields discarded first: no page is read to be overwritten).
+/// The I/O overlaps: while a chunk is copied, the read-ahead thread loads exactly the twin
+/// pages of the next chunk's slices (known from `from`), into frames of the pages this one
+/// has finished with (cooled), writing those back if dirty: the reads and the write-backs
+/// of the sweep leave the sorting thread (no value depends on it: only when pages move).
 void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
                     const std::vector<std::uint16_t>& from) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
   s.discard_fields(c.carried);  // the twins hold every value now
-  std::vector<std::int64_t> out(kChunk), slices(kChunk), cursor(k_runs), count(k_runs), at(k_runs);
+  std::vector<std::int64_t> out(kChunk), slices(kChunk), cursor(k_runs), count(k_runs), next_count(k_runs), at(k_runs);
   std::vector<std::int32_t> source(kChunk);  // where each output particle's values lie in a column's slices
+  const auto count_runs = [&](std::int64_t k0, std::int64_t m, std::vector<std::int64_t>& per_run) {
+    std::fill(per_run.begin(), per_run.end(), 0);
+    for (std::int64_t k = 0; k < m; ++k) ++per_run[from[k0 + k]];
+  };
   for (const std::vector<CarriedColumn>& set : columns_by_page(s, c)) {
     const auto width = static_cast<std::int64_t>(set.size());
     const std::int64_t chunk = kChunk / width;
+    const std::vector<std::string> fields = fields_of(set);
     std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
+    count_runs(0, std::min(chunk, n), count);
     for (std::int64_t k0 = 0; k0 < n; k0 += chunk) {
       const std::int64_t m = std::min(chunk, n - k0);
-      std::fill(count.begin(), count.end(), 0);
-      for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
+      const std::int64_t next_m = std::min(chunk, n - k0 - m);
+      if (next_m > 0) count_runs(k0 + m, next_m, next_count);
+      for (std::size_t r = 0; r < k_runs && next_m > 0; ++r)
+        for (const auto& [f, comp] : set) hint_pages(s, sort_twin(f), comp, cursor[r] + count[r], next_count[r]);
       std::int64_t off = 0;
       for (std::size_t r = 0; r < k_runs; ++r) {
         at[r] = off;
-        for (std::int64_t q = 0; q < width && count[r] > 0; ++q) {
+        if (count[r] == 0) continue;
+        for (std::int64_t q = 0; q < width; ++q) {
           const auto& [f, comp] = set[static_cast<std::size_t>(q)];
           s.read_column(sort_twin(f), comp, cursor[r], count[r], slices.data() + q * chunk + off, kReadAhead);
         }
+        for (const std::string& f : fields) s.cool(sort_twin(f), cursor[r], cursor[r] + count[r]);
         off += count[r], cursor[r] += count[r];
       }
       for (std::int64_t k = 0; k < m; ++k) source[k] = static_cast<std::int32_t>(at[from[k0 + k]]++);
@@ -333,6 +365,8 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
         const auto& [f, comp] = set[static_cast<std::size_t>(q)];
         s.write_column(f, comp, k0, m, o);
       }
+      for (const std::string& f : fields) s.cool(f, k0, k0 + m);
+      std::swap(count, next_count);
     }
   }
 }
