@@ -738,3 +738,53 @@ def test_runs_made_during_the_walk_are_dropped_when_the_store_changes_or_a_parti
     (b, pos1, vel1), (_, pos0, vel0) = _presort_pair(tmp_path / "f", q, dt, 3)
     assert b[1]["presorted_used"] is False and b[1]["kick_drift_applied"]
     assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
+
+
+RUNS_DISK_FULL = textwrap.dedent("""
+    import os, resource, signal, sys
+    import gravpipe as gp
+    from gravpipe.errors import StoreError
+    from gravpipe.ooc import OutOfCore
+    scratch, budget, page = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG instead of a signal
+    p = gp.ic.plummer(6000, seed=10)
+    with OutOfCore.from_particles(p, scratch, budget, eps=1e-2, threads=2, page_bytes=page) as o:
+        o.presort, o.presort_run = True, 1024
+        first = o.step(1 / 64)
+        print("FIRST", first.sort_detail["presorted_used"], o._presorted is not None)
+        o.store.flush()  # the first walk's runs reach the file
+        # the 'disk' now ends where the sort's twins begin (column-major pages: every field,
+        # then every twin): the second sort reads the runs and writes below the limit; the
+        # runs the second walk writes there cannot reach the file
+        limit = o.store.page_of("pos~", 0, 0) * page
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        steps = []
+        try:
+            for _ in range(3):
+                steps.append(o.step(1 / 64).sort_detail["presorted_used"])
+            print("NO ERROR")
+        except StoreError as e:
+            print("STEPS", steps)
+            print("ERROR", e)
+    print("SCRATCH", os.listdir(scratch))
+""")
+
+
+def test_a_full_disk_while_the_walk_writes_the_next_sorts_runs(tmp_path):
+    """What this proves: when the scratch disk fills while the walk's worker writes the next
+    sort's runs (their twin pages refused: EFBIG, the stand-in for a full disk), the run stops
+    with StoreError naming the file, the page, what it holds and the reason (in the walk, or
+    in the next sort, which then meets the same refusal making its own runs), never hangs nor
+    uses runs that did not reach the file, and the scratch file is removed."""
+    budget = _least(6000, 2) + 96 * PAGE
+    r = subprocess.run([sys.executable, "-c", RUNS_DISK_FULL, str(tmp_path), str(budget), str(PAGE)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "FIRST False True" in r.stdout, r.stdout  # the first walk made runs for the second sort
+    # the error comes from the second walk (a compute thread evicting a run's page), or, when
+    # only the worker met it, from the third step's sort making its own runs
+    assert "STEPS []" in r.stdout or "STEPS [True]" in r.stdout, r.stdout
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("ERROR")), None)
+    assert line is not None, r.stdout
+    assert "EFBIG" in line and "writing page" in line and "~" in line, line
+    assert "SCRATCH []" in r.stdout, r.stdout

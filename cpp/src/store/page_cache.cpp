@@ -210,7 +210,12 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
 // The page is busy in its frame, so no one else writes its bytes, its CRC or its flag.
 void PageCache::write_back(std::int64_t page, const unsigned char* data) {
   const std::uint32_t crc = crc32c(Span<const unsigned char>(data, page_bytes_));
-  file_.write(page, Span<const unsigned char>(data, page_bytes_));
+  try {
+    file_.write(page, Span<const unsigned char>(data, page_bytes_));
+  } catch (const StoreError& e) {  // the file knows the page's number; the store knows what it holds
+    if (!namer_) throw;
+    throw StoreError(std::string(e.what()) + " [" + describe(page) + "]", e.path(), e.page());
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.pages_written;
