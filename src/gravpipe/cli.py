@@ -542,6 +542,10 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
             print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
             print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"]))
+            if len(r["seconds_per_repeat"]) > 1:
+                print("  each repeat, in core and out of core back to back: " +
+                      ", ".join(f"{a:.2f} / {b:.2f} s = {b / a:.3f}" for a, b in r["seconds_per_repeat"]) +
+                      f"; median ratio {r['ratio_median']:.3f}")
     if "demo" in args.what:
         if not args.file:
             raise UserError("bench ooc demo: needs --file (an IC snapshot, e.g. from gravpipe ic)")
