@@ -344,8 +344,9 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
       const std::int64_t m = std::min(chunk, n - k0);
       const std::int64_t next_m = std::min(chunk, n - k0 - m);
       if (next_m > 0) count_runs(k0 + m, next_m, next_count);
+      // the columns of a set share their pages: the first one's are every one's
       for (std::size_t r = 0; r < k_runs && next_m > 0; ++r)
-        for (const auto& [f, comp] : set) hint_pages(s, sort_twin(f), comp, cursor[r] + count[r], next_count[r]);
+        hint_pages(s, sort_twin(set.front().first), set.front().second, cursor[r] + count[r], next_count[r]);
       std::int64_t off = 0;
       for (std::size_t r = 0; r < k_runs; ++r) {
         at[r] = off;

@@ -175,13 +175,14 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
                            "budget_peak_bytes": int(o.store._core.budget_peak)}
         del pos_in, vel_in
+    ratios = [b / a for a, b in pairs]
     return {"n": n, "model": model, "threads": threads, "page_bytes": page, "data_bytes": data,
             "load_average_after": list(os.getloadavg()),
             "cache_fraction": out_row["cache_bytes"] / data, "budget_bytes": budget, "budget_fraction": budget_fraction,
             "seconds_in_core": best_in[1], "seconds_out_of_core": best_out[1], "ratio": best_out[1] / best_in[1],
             "seconds_per_repeat": [list(pr) for pr in pairs],
-            "ratios_per_repeat": [b / a for a, b in pairs],
-            "ratio_median": float(np.median([b / a for a, b in pairs])),
+            "ratios_per_repeat": ratios,
+            "ratio_median": float(np.median(ratios)),
             "seconds_in_core_first_step": best_in[0], "seconds_out_of_core_first_step": best_out[0],
             "ratio_first_step": best_out[0] / best_in[0],
             "interactions_per_s_out_of_core": out_row["interactions"] / best_out[1],
