@@ -440,6 +440,32 @@ def test_paged_particles_blocks_equal_in_core_blocks_under_threads(tmp_path):
         assert s.stats()["prefetch_hits"] > 0
 
 
+def test_read_ahead_workers_at_the_fewest_frames_never_deadlock_or_mix_pages(tmp_path):
+    """The read-ahead's several workers load hinted pages side by side. In a cache of the
+    fewest frames that work (loads in flight count against the prefetch's share, so the
+    workers together take at most one frame there), four threads reading random blocks and
+    whole sweeps with hints running still get every value right, and the loads finish."""
+    per = PAGE // 32
+    n = 40 * per + 7
+    rng = np.random.default_rng(21)
+    pos, mass = rng.normal(size=(n, 3)), rng.uniform(size=n)
+    fewest = (4 + 2 + 1) * PAGE  # a frame a thread, two spare, one for the read-ahead
+    with ParticleStore(tmp_path, n, memory_budget="4MiB", cache_bytes=fewest, page_bytes=PAGE, threads=4,
+                       read_ahead=4) as s:
+        s.write("pos", 0, pos)
+        s.write("mass", 0, mass)
+        for _ in range(3):
+            s.evict_all()
+            assert np.array_equal(s.read("pos", 0, n), pos)  # a sweep: hints ahead of it
+            begins = rng.integers(0, n, 400)
+            ends = np.minimum(begins + rng.integers(1, 3 * per, 400), n)
+            x, y, z, m = s.read_blocks(begins, ends, threads=4)
+            idx = np.concatenate([np.arange(b, e) for b, e in zip(begins, ends)])
+            assert np.array_equal(np.stack([x, y, z], axis=1), pos[idx]) and np.array_equal(m, mass[idx])
+        st = s.stats()
+        assert st["prefetched"] > 0 and st["misses"] > 0
+
+
 def test_paged_particles_blocks_are_charged_to_the_budget(tmp_path):
     n = 50_000
     with ParticleStore(tmp_path, n, memory_budget="1MiB", page_bytes=PAGE, threads=2) as s:

@@ -68,7 +68,7 @@ class PageCache {
   PageHandle pin(std::int64_t page, Access access, bool* stalled = nullptr);
   /// Load `page` unpinned if it is absent and a cold frame is free to take (one not used
   /// since the eviction hand last passed it), while fewer than a quarter of the frames hold
-  /// prefetched pages not yet used; never waits for a frame. Returns whether it loaded. For
+  /// prefetched pages not yet used or being loaded; never waits for a frame. Returns whether it loaded. For
   /// the read-ahead thread and the walk's prefetch.
   bool prefetch(std::int64_t page);
   /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
@@ -126,7 +126,9 @@ class PageCache {
   std::unique_ptr<EvictionPolicy> policy_;
   StoreCounters counters_;
   std::int64_t prefetched_unused_ = 0;  // frames loaded by prefetch and not pinned since
-  /// Prefetched pages that may wait unused at once: a quarter of the frames (at least one).
+  std::int64_t prefetches_in_flight_ = 0;  // prefetch loads under way (several read-ahead workers)
+  /// Prefetched pages that may wait unused or be on their way at once: a quarter of the
+  /// frames (at least one), however many workers load them.
   std::int64_t max_prefetched_() const { return std::max<std::int64_t>(1, frames() / 4); }
   std::function<std::string(std::int64_t)> namer_;
   mutable std::mutex mutex_;

@@ -1,15 +1,18 @@
-// Read-ahead along the curve: a background I/O thread that loads the pages a reader will want
+// Read-ahead along the curve: background I/O threads that load the pages a reader will want
 // next (the following pages of the same column: particles are stored in curve order, and the
-// tree and the integrator sweep the curve), so that their I/O overlaps the reader's compute.
-// The reader only hints; what the thread could not load in time shows up as misses and stall
-// seconds in the cache's counters. A page whose read fails here is left absent: the reader's
-// own pin then reads it again and raises the error in the reader's thread.
+// tree and the integrator sweep the curve; or exactly the pages a pass knows it reads next,
+// as the permute does), so that their I/O overlaps the reader's compute. Several workers
+// keep several loads in flight, which a disk serves faster than one at a time. The reader
+// only hints; what the threads could not load in time shows up as misses and stall seconds
+// in the cache's counters. A page whose read fails here is left absent: the reader's own pin
+// then reads it again and raises the error in the reader's thread.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "gravpipe/page_cache.hpp"
 
@@ -18,7 +21,10 @@ namespace gravpipe {
 class ReadAhead {
  public:
   /// Up to `queue_pages` hinted pages wait in line; 0 starts no thread (hints are ignored).
-  ReadAhead(PageCache& cache, std::size_t queue_pages);
+  /// `workers` threads serve the queue, each one load at a time: several loads in flight
+  /// keep a disk's queue deep (64 KiB O_DIRECT reads: 0.42 GB/s one at a time, 0.79 GB/s
+  /// four at a time).
+  ReadAhead(PageCache& cache, std::size_t queue_pages, int workers = 1);
   ~ReadAhead();  // stops the thread, dropping hints not yet served
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -41,9 +47,9 @@ class ReadAhead {
   std::condition_variable wake_, idle_;
   std::deque<std::int64_t> queue_;
   bool stop_ = false;
-  bool working_ = false;
+  int working_ = 0;  // workers loading a page now
   std::int64_t failures_ = 0;
-  std::thread thread_;  // last: starts after everything it uses exists
+  std::vector<std::thread> threads_;  // last: start after everything they use exists
 };
 
 }  // namespace gravpipe

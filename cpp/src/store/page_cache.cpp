@@ -127,7 +127,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* st
     // a prefetch takes only a cold frame, and only while few prefetched pages wait unused:
     // speculative loads never push out what the compute threads use
     const int victim = !prefetch                                  ? policy_->victim(evictable)
-                       : prefetched_unused_ >= max_prefetched_()  ? -1
+                       : prefetched_unused_ + prefetches_in_flight_ >= max_prefetched_() ? -1
                                                                   : policy_->cold_victim(evictable);
     if (victim >= 0) {
       if (!prefetch) start_stall();
@@ -160,12 +160,14 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
   if (fr.prefetched) --prefetched_unused_;  // evicted unused
   fr.prefetched = false;
   table_[page] = f;
+  if (prefetch) ++prefetches_in_flight_;
   unsigned char* data = frame_data(f);
   lock.unlock();
   try {
     if (write_old) write_back(old, data);
   } catch (...) {
     lock.lock();
+    if (prefetch) --prefetches_in_flight_;
     table_.erase(page);  // keep the old page, still dirty: its data exists nowhere else
     fr.page = old;
     fr.state = State::Ready;
@@ -183,6 +185,7 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
     if (access != Access::Overwrite) read_in(page, data);
   } catch (...) {
     lock.lock();
+    if (prefetch) --prefetches_in_flight_;
     table_.erase(page);
     fr = Frame{};
     changed_.notify_all();
@@ -197,6 +200,7 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
   if (prefetch) {
     ++counters_.prefetched;
     ++prefetched_unused_;
+    --prefetches_in_flight_;
   }
   fr.state = State::Ready;
   fr.dirty = access != Access::Read;

@@ -15,6 +15,11 @@ namespace {
 
 constexpr std::int64_t kElementBytes = 8;  // float64 or int64
 constexpr std::uint64_t kTableBytesPerPage = sizeof(std::uint32_t) + 1;  // CRC + written flag
+/// Workers of the read-ahead: loads in flight at once. A virtual disk serves several reads
+/// far faster than one at a time (64 KiB O_DIRECT random reads, fio: 0.42 GB/s at depth 1,
+/// 0.79 at 4, 0.93 at 8), and the permute's hinted pages load side by side (N = 1e7, 1/10
+/// budget: permute 1.7 -> 1.15 s, median of 4-6 runs; 8 workers gained no more).
+constexpr int kReadAheadWorkers = 4;
 
 int resolved_threads(const StoreConfig& c) { return c.threads > 0 ? c.threads : omp_get_max_threads(); }
 
@@ -145,7 +150,7 @@ ParticleStore::ParticleStore(const StoreConfig& c)
   const std::int64_t frames = cache_frames(c, static_cast<std::uint64_t>(pages) * kTableBytesPerPage);
   cache_ = std::make_unique<PageCache>(*file_, pages, frames, c.eviction, *budget_);
   cache_->set_page_namer([this](std::int64_t page) { return name_page(page); });
-  read_ahead_ = std::make_unique<ReadAhead>(*cache_, static_cast<std::size_t>(c.read_ahead) * 16);
+  read_ahead_ = std::make_unique<ReadAhead>(*cache_, static_cast<std::size_t>(c.read_ahead) * 16, kReadAheadWorkers);
 }
 
 ParticleStore::~ParticleStore() = default;

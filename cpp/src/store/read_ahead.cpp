@@ -1,12 +1,15 @@
-// The read-ahead thread: a bounded queue of hinted pages served in order.
+// The read-ahead threads: a bounded queue of hinted pages served in order by one or more
+// workers.
 #include "gravpipe/read_ahead.hpp"
 
 #include <algorithm>
 
 namespace gravpipe {
 
-ReadAhead::ReadAhead(PageCache& cache, std::size_t queue_pages) : cache_(cache), capacity_(queue_pages) {
-  if (capacity_ > 0) thread_ = std::thread([this] { serve(); });
+ReadAhead::ReadAhead(PageCache& cache, std::size_t queue_pages, int workers)
+    : cache_(cache), capacity_(queue_pages) {
+  if (capacity_ == 0) return;
+  for (int w = 0; w < std::max(workers, 1); ++w) threads_.emplace_back([this] { serve(); });
 }
 
 ReadAhead::~ReadAhead() {
@@ -15,7 +18,7 @@ ReadAhead::~ReadAhead() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void ReadAhead::hint(std::int64_t page) {
@@ -42,7 +45,7 @@ void ReadAhead::cancel(std::int64_t page) {
 
 void ReadAhead::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return (queue_.empty() && !working_) || stop_; });
+  idle_.wait(lock, [this] { return (queue_.empty() && working_ == 0) || stop_; });
 }
 
 std::int64_t ReadAhead::failures() const {
@@ -57,7 +60,7 @@ void ReadAhead::serve() {
     if (stop_) break;
     const std::int64_t page = queue_.front();
     queue_.pop_front();
-    working_ = true;
+    ++working_;
     lock.unlock();
     bool failed = false;
     try {
@@ -66,9 +69,9 @@ void ReadAhead::serve() {
       failed = true;
     }
     lock.lock();
-    working_ = false;
+    --working_;
     if (failed) ++failures_;
-    if (queue_.empty()) idle_.notify_all();
+    if (queue_.empty() && working_ == 0) idle_.notify_all();
   }
   idle_.notify_all();
 }
