@@ -309,6 +309,19 @@ void bind_tree(nb::module_& m) {
            nb::arg("quad_tol"), nb::arg("n_leaf"),
            nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"),
            nb::arg("isa") = "auto")
+      .def("set_j",
+           [](TreeForceProvider& p, CVec3 pos, CScalars mass, std::optional<CVec3> vel) {
+             p.set_j(span_of(pos), span_of(mass), span_of(vel));
+           },
+           nb::arg("pos"), nb::arg("mass"), nb::arg("vel").none(), nb::call_guard<nb::gil_scoped_release>(),
+           "Build the tree of a new j-set (in the last tree's arrays).")
+      .def("forces",
+           [](TreeForceProvider& p, CVec3 pos_i, std::optional<Indices> exclude, Vec3Out acc, ScalarsOut pot) {
+             p.forces({span_of(pos_i), {}, span_of(exclude), span_of(acc), span_of(pot), {}});
+           },
+           nb::arg("pos_i"), nb::arg("exclude").none(), nb::arg("acc"), nb::arg("pot"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Forces on pos_i; the j-set itself with exclude = own index is self-gravity.")
       .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
       .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); })
       .def_prop_ro("frame", [](const TreeForceProvider& p) -> std::optional<std::tuple<std::array<double, 3>, double>> {

@@ -72,15 +72,29 @@ AxisBounds with_room(const AxisBounds& before);
 /// Morton key of each position (3n row-major) within `box`; positions outside it clamp to
 /// its faces, so foreign points (forces at arbitrary positions) still get valid keys.
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads);
+/// The same into `keys` (resized; its capacity reused: a rebuild faults no new pages in).
+void curve_keys_into(Span<const double> pos, const CurveBox& box, int threads, std::vector<std::uint64_t>& keys);
+
+/// The radix sort's second buffers, kept by a caller that sorts again and again (a tree
+/// rebuilt every step), so that each sort reuses their pages instead of faulting new ones in.
+struct SortScratch {
+  std::vector<std::uint64_t> keys;
+  std::vector<std::int64_t> values;
+};
 
 /// Sort keys ascending in place and carry values along. Equal keys keep their input order
 /// (stable), so the result is the same for any thread count: a parallel LSD radix sort for
-/// large sets, a serial comparison sort (same result) for small ones.
-void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads);
+/// large sets, a serial comparison sort (same result) for small ones. `scratch` (optional):
+/// the radix sort's buffers (otherwise allocated for this call).
+void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads,
+                 SortScratch* scratch = nullptr);
 
 /// The permutation that sorts keys: order[k] is the input index of the k-th smallest, ties
 /// in index order. Leaves keys sorted.
 std::vector<std::int64_t> sort_keys(std::vector<std::uint64_t>& keys, int threads);
+/// The same into `order` (resized, capacity reused), the radix buffers from `scratch`.
+void sort_keys_into(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& order, int threads,
+                    SortScratch* scratch = nullptr);
 
 /// The curve order of positions (3n row-major) within their bounding cube.
 std::vector<std::int64_t> curve_order(Span<const double> pos, int threads);

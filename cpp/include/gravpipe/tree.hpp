@@ -141,6 +141,8 @@ struct CellTerms {
 /// Octree over sorted keys: a cell with more than n_leaf particles below kTreeMaxLevel is
 /// split into its non-empty octants.
 TreeNodes build_octree(Span<const std::uint64_t> sorted_keys, int n_leaf);
+/// The same into `nodes`, whose arrays are emptied first and keep their capacity.
+void build_octree_into(Span<const std::uint64_t> sorted_keys, int n_leaf, TreeNodes& nodes);
 
 /// The cell accessor over TreeNodes in memory; its own reader (a view: copy freely).
 class InCoreCells {
@@ -326,11 +328,31 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 
 /// A tree over one set of source particles. Throws InputError for bad parameters or a
 /// request that breaks the providers' contract (force_request_check.hpp).
+/// The arrays a tree is built in, handed from one tree to the next (TreeForceProvider
+/// rebuilds every step): a new tree resizes them, keeping their capacity, so that a step
+/// faults no fresh pages in. Fresh arrays of ~170 bytes a particle each step cost ~17% of an
+/// N = 1e7 step on a VM (BENCHMARKS.md, session 14). Their values are never read back. A
+/// tree built with storage keeps its build's scratch (keys and the sort's second buffers, 24
+/// bytes a particle) for the next; one built without frees it.
+struct TreeStorage {
+  std::vector<std::uint64_t> keys;  // the build's keys (scratch)
+  SortScratch sort;                 // the radix sort's second buffers (scratch)
+  std::vector<std::int64_t> order, rank;
+  std::vector<double> x, y, z, m, a_old;
+  TreeNodes nodes;
+};
+
 class Tree {
  public:
   /// `frame` (optional): the cube the particles are keyed in (step_frame in a time step);
-  /// by default their bounding cube.
-  Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame = nullptr);
+  /// by default their bounding cube. `storage` (optional): arrays to build in, taken over
+  /// (a previous tree's, from recycle()); the results do not depend on it.
+  Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame = nullptr,
+       TreeStorage* storage = nullptr);
+
+  /// Hand this tree's arrays to `storage` for the next tree; this tree is empty afterwards
+  /// and may only be destroyed.
+  void recycle(TreeStorage& storage);
 
   /// The cube its particles are keyed in.
   const CurveBox& frame() const { return frame_; }
@@ -361,7 +383,7 @@ class Tree {
   /// i_caller), writing caller-ordered results, and record the work in stats_.
   void run_groups(const std::vector<Group>& groups, const InCoreParticles& sinks,
                   Span<const std::int64_t> i_exclude, Span<const std::int64_t> i_caller,
-                  Span<double> acc, Span<double> pot);
+                  Span<double> acc, Span<double> pot, bool exclude_self = false);
 
   TreeParams params_;
   int threads_;
@@ -374,6 +396,8 @@ class Tree {
   TreeNodes nodes_;
   std::vector<std::int32_t> groups_;
   TreeStats stats_;
+  std::vector<std::uint64_t> keys_scratch_;  // storage's, kept for recycle()
+  SortScratch sort_scratch_;
 };
 
 /// The tree behind the ForceProvider interface: set_j builds a new tree; forces() on the
@@ -400,6 +424,7 @@ class TreeForceProvider final : public ForceProvider {
   bool has_vel_ = false;       // whether set_j was given velocities (update_j must match)
   std::vector<double> a_old_;  // caller order, carried across rebuilds for alpha
   std::unique_ptr<Tree> tree_;
+  TreeStorage storage_;        // the last tree's arrays, between rebuilds
   std::optional<AxisBounds> before_;  // set_drift_origin's, for the next set_j only
   PipelineStats stats_;
   TreeStats last_;

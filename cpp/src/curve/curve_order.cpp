@@ -91,19 +91,23 @@ void scatter(RadixPass& p, const std::vector<std::uint64_t>& keys, const std::ve
 
 /// Stable LSD radix sort, 11-bit digits; chunks of the input are counted and scattered by
 /// one thread each.
-void radix_sort(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads) {
+void radix_sort(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads,
+                SortScratch& scratch) {
   const std::size_t n = keys.size();
   RadixPass p;
   p.chunks = n < kMinParallelRadix ? 1 : std::max(1, threads);
   p.bounds = chunk_bounds(n, p.chunks);
   p.count.resize(p.chunks * kBuckets);
-  std::vector<std::uint64_t> keys_tmp(n);
-  std::vector<std::int64_t> values_tmp(n);
+  std::vector<std::uint64_t>& keys_tmp = scratch.keys;
+  std::vector<std::int64_t>& values_tmp = scratch.values;
+  keys_tmp.resize(n);
+  values_tmp.resize(n);
   for (p.shift = 0; p.shift < 64; p.shift += kDigitBits) {
     count_digits(p, keys);
     if (digit_is_constant(p, n)) continue;
     prefix_offsets(p);
     scatter(p, keys, values, keys_tmp, values_tmp);
+    // the buffers trade places: both stay allocated, the caller's and the scratch's
     keys.swap(keys_tmp);
     values.swap(values_tmp);
   }
@@ -175,8 +179,14 @@ CurveBox step_frame(const AxisBounds& before, const AxisBounds& after) {
 }
 
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads) {
+  std::vector<std::uint64_t> keys;
+  curve_keys_into(pos, box, threads, keys);
+  return keys;
+}
+
+void curve_keys_into(Span<const double> pos, const CurveBox& box, int threads, std::vector<std::uint64_t>& keys) {
   const auto n = static_cast<std::int64_t>(pos.size() / 3);
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(n));
+  keys.resize(static_cast<std::size_t>(n));
   const double top = static_cast<double>((1u << kMortonBitsPerAxis) - 1);
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kMinParallel)
   for (std::int64_t k = 0; k < n; ++k) {
@@ -185,22 +195,32 @@ std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& bo
       q[c] = static_cast<std::uint32_t>(std::clamp((pos[3 * k + c] - box.lo[c]) * box.scale, 0.0, top));
     keys[k] = morton_key(q[0], q[1], q[2]);
   }
-  return keys;
 }
 
-void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads) {
+void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads,
+                 SortScratch* scratch) {
   if (values.size() != keys.size()) throw InputError("sort_by_key: keys and values have different lengths");
-  if (keys.size() < kMinRadix)
+  if (keys.size() < kMinRadix) {
     comparison_sort(keys, values);
-  else
-    radix_sort(keys, values, threads);
+  } else if (scratch != nullptr) {
+    radix_sort(keys, values, threads, *scratch);
+  } else {
+    SortScratch mine;
+    radix_sort(keys, values, threads, mine);
+  }
 }
 
 std::vector<std::int64_t> sort_keys(std::vector<std::uint64_t>& keys, int threads) {
-  std::vector<std::int64_t> order(keys.size());
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  sort_by_key(keys, order, threads);
+  std::vector<std::int64_t> order;
+  sort_keys_into(keys, order, threads);
   return order;
+}
+
+void sort_keys_into(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& order, int threads,
+                    SortScratch* scratch) {
+  order.resize(keys.size());
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  sort_by_key(keys, order, threads, scratch);
 }
 
 std::vector<std::int64_t> curve_order(Span<const double> pos, int threads) {

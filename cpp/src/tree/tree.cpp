@@ -86,17 +86,26 @@ void record_group_work(TreeStats& stats, const GroupWork& work, double wall, std
   stats.seconds_forces = wall;
 }
 
-Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame)
+Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& params, const CurveBox* frame,
+           TreeStorage* storage)
     : params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)) {
   check_tree_params(params_);
   const std::size_t n = check_j_set(pos, mass, {});
+  if (storage != nullptr) {  // build in a previous tree's arrays: their pages are already mapped
+    keys_scratch_ = std::move(storage->keys), sort_scratch_ = std::move(storage->sort);
+    order_ = std::move(storage->order), rank_ = std::move(storage->rank);
+    x_ = std::move(storage->x), y_ = std::move(storage->y), z_ = std::move(storage->z), m_ = std::move(storage->m);
+    a_old_ = std::move(storage->a_old), nodes_ = std::move(storage->nodes);
+    a_old_.clear();  // no old accelerations until set_old_accelerations or self_forces
+  }
 
   auto t0 = Clock::now();
   frame_ = frame != nullptr ? *frame : bounding_cube(pos, threads_);
-  std::vector<std::uint64_t> keys = curve_keys(pos, frame_, threads_);
-  order_ = sort_keys(keys, threads_);
+  std::vector<std::uint64_t>& keys = keys_scratch_;
+  curve_keys_into(pos, frame_, threads_, keys);
+  sort_keys_into(keys, order_, threads_, &sort_scratch_);
   rank_.resize(n);
   for (auto* v : {&x_, &y_, &z_, &m_}) v->resize(n);
   const auto sn = static_cast<std::int64_t>(n);
@@ -109,7 +118,7 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   stats_.seconds_sort = seconds_since(t0);
 
   t0 = Clock::now();
-  nodes_ = build_octree({keys.data(), keys.size()}, params_.n_leaf);
+  build_octree_into({keys.data(), keys.size()}, params_.n_leaf, nodes_);
   groups_ = group_cells(nodes_, params_.n_crit);
   stats_.seconds_build = seconds_since(t0);
 
@@ -117,10 +126,21 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   compute_moments(nodes_, particles(), params_.theta, params_.quad_tol, threads_);
   stats_.seconds_moments = seconds_since(t0);
 
+  if (storage == nullptr) {  // a tree on its own keeps no scratch (24 bytes a particle)
+    std::vector<std::uint64_t>().swap(keys_scratch_);
+    sort_scratch_ = SortScratch{};
+  }
   stats_.n_j = n;
   stats_.nodes = nodes_.count();
   stats_.leaves = static_cast<std::uint64_t>(
       std::count(nodes_.first_child.begin(), nodes_.first_child.end(), -1));
+}
+
+void Tree::recycle(TreeStorage& storage) {
+  storage.keys = std::move(keys_scratch_), storage.sort = std::move(sort_scratch_);
+  storage.order = std::move(order_), storage.rank = std::move(rank_);
+  storage.x = std::move(x_), storage.y = std::move(y_), storage.z = std::move(z_), storage.m = std::move(m_);
+  storage.a_old = std::move(a_old_), storage.nodes = std::move(nodes_);
 }
 
 void Tree::set_old_accelerations(Span<const double> a_abs) {
@@ -134,9 +154,8 @@ void Tree::self_forces(Span<double> acc, Span<double> pot) {
   if (acc.size() != 3 * n || pot.size() != n) throw InputError("self_forces: output sizes differ from the tree's");
   const bool relative = params_.alpha > 0 && !a_old_.empty();
   const std::vector<Group> groups = cell_groups(nodes_, groups_, relative ? a_old_ : std::vector<double>{});
-  std::vector<std::int64_t> self(n);
-  std::iota(self.begin(), self.end(), std::int64_t{0});
-  run_groups(groups, particles(), {self.data(), n}, {order_.data(), n}, acc, pot);
+  // every i-particle excludes itself (exclude_self): no array of N indices
+  run_groups(groups, particles(), {}, {order_.data(), n}, acc, pot, true);
   stats_.relative_criterion_used = relative;
   // |a| of this evaluation, for the relative criterion of the next one
   a_old_.resize(n);
@@ -171,12 +190,13 @@ void Tree::forces_at(Span<const double> pos_i, Span<const std::int64_t> exclude,
 
 void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& sinks,
                       Span<const std::int64_t> i_exclude, Span<const std::int64_t> i_caller,
-                      Span<double> acc, Span<double> pot) {
+                      Span<double> acc, Span<double> pot, bool exclude_self) {
   const auto t_start = Clock::now();
   const InCoreParticles sources = particles();
   const CallerResults results{i_caller, acc, pot};
   const InCoreCells cells(nodes_);
-  const GroupEvaluation<InCoreParticles, InCoreParticles> e{cells, params_, isa_, sources, sinks, i_exclude, results};
+  const GroupEvaluation<InCoreParticles, InCoreParticles> e{cells,     params_, isa_,   sources,
+                                                            sinks,     i_exclude, results, exclude_self};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }
@@ -204,8 +224,12 @@ void TreeForceProvider::set_j(Span<const double> pos, Span<const double> mass, S
     frame = step_frame(*before_, axis_bounds({pos_.data(), pos_.size()}, threads));
     before_.reset();
   }
+  // the old tree's arrays become the new one's: one tree's memory at a time, no fresh pages
+  if (tree_) tree_->recycle(storage_);
+  tree_.reset();
   tree_ = std::make_unique<Tree>(Span<const double>{pos_.data(), pos_.size()},
-                                 Span<const double>{mass_.data(), mass_.size()}, params_, frame ? &*frame : nullptr);
+                                 Span<const double>{mass_.data(), mass_.size()}, params_, frame ? &*frame : nullptr,
+                                 &storage_);
   if (a_old_.size() == mass_.size()) tree_->set_old_accelerations({a_old_.data(), a_old_.size()});
   stats_.j_particles += mass_.size();
   stats_.bytes_j_write += 32 * mass_.size();

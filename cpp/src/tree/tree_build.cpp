@@ -18,8 +18,15 @@ void push_node(TreeNodes& t, std::int64_t b, std::int64_t e, int level) {
 }  // namespace
 
 TreeNodes build_octree(Span<const std::uint64_t> keys, int n_leaf) {
-  if (n_leaf < 1) throw InputError("n_leaf: must be >= 1");
   TreeNodes t;
+  build_octree_into(keys, n_leaf, t);
+  return t;
+}
+
+void build_octree_into(Span<const std::uint64_t> keys, int n_leaf, TreeNodes& t) {
+  if (n_leaf < 1) throw InputError("n_leaf: must be >= 1");
+  for (auto* v : {&t.begin, &t.end}) v->clear();
+  t.first_child.clear(), t.n_children.clear(), t.level.clear();
   const auto n = static_cast<std::int64_t>(keys.size());
   const std::size_t guess = 2 * static_cast<std::size_t>(n / n_leaf) + 1;
   t.begin.reserve(guess), t.end.reserve(guess), t.first_child.reserve(guess);
@@ -38,7 +45,6 @@ TreeNodes build_octree(Span<const std::uint64_t> keys, int n_leaf) {
     });
     t.n_children[c] = static_cast<std::int8_t>(made);
   }
-  return t;
 }
 
 }  // namespace gravpipe
