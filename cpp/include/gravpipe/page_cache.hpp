@@ -2,7 +2,7 @@
 // the memory budget), CLOCK or LRU eviction, pin counts through RAII handles so a page in use
 // is never evicted, write-back of dirty pages on eviction and flush with a CRC32C computed
 // then and checked on every read back from the file. Thread-safe: many OpenMP threads and the
-// read-ahead thread pin pages at once; file I/O runs outside the lock, and a page being
+// read-ahead workers pin pages at once; file I/O runs outside the lock, and a page being
 // loaded or written back is "busy", so whoever asks for it waits instead of reading a stale
 // copy.
 #pragma once
@@ -68,8 +68,8 @@ class PageCache {
   PageHandle pin(std::int64_t page, Access access, bool* stalled = nullptr);
   /// Load `page` unpinned if it is absent and a cold frame is free to take (one not used
   /// since the eviction hand last passed it), while fewer than a quarter of the frames hold
-  /// prefetched pages not yet used or being loaded; never waits for a frame. Returns whether it loaded. For
-  /// the read-ahead thread and the walk's prefetch.
+  /// prefetched pages not yet used or being loaded; never waits for a frame. Returns whether
+  /// it loaded. For the read-ahead workers and the walk's prefetch.
   bool prefetch(std::int64_t page);
   /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
   /// before reading any back (a tree evaluation's results). Their bytes are never read from

@@ -326,8 +326,6 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 
 // ---- the tree ------------------------------------------------------------------------------
 
-/// A tree over one set of source particles. Throws InputError for bad parameters or a
-/// request that breaks the providers' contract (force_request_check.hpp).
 /// The arrays a tree is built in, handed from one tree to the next (TreeForceProvider
 /// rebuilds every step): a new tree resizes them, keeping their capacity, so that a step
 /// faults no fresh pages in. Fresh arrays of ~170 bytes a particle each step cost ~17% of an
@@ -342,6 +340,8 @@ struct TreeStorage {
   TreeNodes nodes;
 };
 
+/// A tree over one set of source particles. Throws InputError for bad parameters or a
+/// request that breaks the providers' contract (force_request_check.hpp).
 class Tree {
  public:
   /// `frame` (optional): the cube the particles are keyed in (step_frame in a time step);

@@ -195,8 +195,8 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
   const InCoreParticles sources = particles();
   const CallerResults results{i_caller, acc, pot};
   const InCoreCells cells(nodes_);
-  const GroupEvaluation<InCoreParticles, InCoreParticles> e{cells,     params_, isa_,   sources,
-                                                            sinks,     i_exclude, results, exclude_self};
+  const GroupEvaluation<InCoreParticles, InCoreParticles> e{
+      cells, params_, isa_, sources, sinks, i_exclude, results, exclude_self};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }
@@ -250,6 +250,8 @@ void TreeForceProvider::forces(const ForceRequest& req) {
   bool self = ni == n && req.exclude.size() == n &&
               std::memcmp(req.pos_i.data(), pos_.data(), 3 * n * sizeof(double)) == 0;
   for (std::size_t k = 0; self && k < n; ++k) self = req.exclude[k] == static_cast<std::int64_t>(k);
+  // a set_j whose tree failed to build (the old one was taken apart for its arrays) left none
+  if (!tree_) throw InputError("tree forces: no tree was built for the current j-set; call set_j again");
   if (self) {
     tree_->self_forces(req.acc, req.pot);
     a_old_.resize(n);
