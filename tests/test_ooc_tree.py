@@ -320,6 +320,23 @@ def test_cells_paged_through_a_few_frames_bitwise_equal(tmp_path, threads, page,
         assert c["prefetched"] > 0 and c["pages_read"] >= c["prefetched"]
 
 
+
+def test_cells_through_sets_of_slots_that_evict_bitwise_equal(tmp_path, monkeypatch):
+    """A cell cache of some sixty frames for ~290 pages of records: each reader's slots form
+    eight-way sets (16 slots, two sets) whose pages are evicted and pinned again all through
+    the walk, and the forces equal the in-core tree's bit for bit."""
+    import gravpipe.ooc as ooc_mod
+    n = 40_000
+    p = gp.ic.plummer(n, seed=5)
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=2).forces()
+    with OutOfCore.from_particles(p, tmp_path, 26_000_000, eps=EPS, threads=2, page_bytes=PAGE) as o:
+        monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads: 24_000_000)
+        st = o.forces()
+        frames, pages = st.cell_cache_bytes // PAGE, st.cells * 128 // PAGE
+        assert 50 <= frames < pages // 2  # 16 slots a reader (3 readers), records not resident
+        assert st.cell_bytes_read > 20 * pages * PAGE  # pages came and went many times
+        assert np.array_equal(o.gather("acc"), a0) and np.array_equal(o.gather("pot"), pot0)
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_walk_prefetch_changes_no_bit_and_its_pages_are_used(tmp_path, threads):
     """The walk's prefetch (pages of each thread's next runs loaded ahead) moves I/O only:

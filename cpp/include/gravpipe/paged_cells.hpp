@@ -37,17 +37,29 @@ struct PagedCellRecord {
 };
 static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines");
 
-/// Pages pinned by one reader in direct-mapped slots (page mod slots): a page stays pinned
-/// until another page takes its slot or the reader goes. Not thread-safe: one per thread.
+/// Pages pinned by one reader in two-way sets of slots (page mod sets picks the set; the less
+/// recently used of its two goes): a page stays pinned until another page takes its slot or
+/// the reader goes. Two ways, not one: the walk's hot pages (the top of the tree and a window
+/// of each level) collide in direct-mapped slots, and every collision is an unpin and a pin
+/// under the cache's lock (N = 1e7 at 1/10, 128 slots: 1.7M pins a thread per walk direct-
+/// mapped, BENCHMARKS.md). Not thread-safe: one per thread.
 class PinnedSlots {
  public:
-  /// `ahead` (optional, not owned): told the page after each one a refill had to load.
+  /// `slots`: a power of two (one slot: a single way). `ahead` (optional, not owned): told
+  /// the page after each one a refill had to load.
   PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead = nullptr);
   /// The bytes of `page`, pinned at least until the next call.
   unsigned char* data(std::int64_t page) {
-    Slot& s = slots_[static_cast<std::size_t>(page) & mask_];
-    if (s.page != page) refill(s, page);
-    return s.data;
+    if (last_->page == page) return last_->data;  // most lookups: a sibling of the last record
+    Slot* way = &slots_[(static_cast<std::size_t>(page) & set_mask_) * ways_];
+    ++clock_;
+    for (std::size_t w = 0; w < ways_; ++w)
+      if (way[w].page == page) return use(&way[w]);
+    Slot* oldest = way;
+    for (std::size_t w = 1; w < ways_; ++w)
+      if (way[w].used < oldest->used) oldest = &way[w];
+    refill(*oldest, page);
+    return use(oldest);
   }
   void release();  // unpin every slot
 
@@ -56,13 +68,21 @@ class PinnedSlots {
     std::int64_t page = -1;
     unsigned char* data = nullptr;
     std::optional<PageHandle> handle;
+    std::uint64_t used = 0;  // the reader's clock at its last use
   };
   void refill(Slot& s, std::int64_t page);
+  unsigned char* use(Slot* s) {
+    s->used = clock_;
+    last_ = s;
+    return s->data;
+  }
   PageCache* cache_;  // not owned
   PageCache::Access access_;
   ReadAhead* ahead_;  // not owned; may be null
-  std::vector<Slot> slots_;
-  std::size_t mask_;
+  std::vector<Slot> slots_;        // sets x ways, a set's ways side by side
+  std::size_t ways_, set_mask_;
+  std::uint64_t clock_ = 0;  // counts lookups that missed the last slot: a way's age
+  Slot* last_;               // the slot of the last lookup (its use is not counted again)
 };
 
 class PagedCellReader;

@@ -9,14 +9,28 @@
 namespace gravpipe {
 
 namespace {
+/// Ways of a reader's sets of slots.
+constexpr std::size_t kWays = 8;
 /// Hinted cell pages that may wait for the read-ahead thread (a few per reader's miss).
 constexpr std::size_t kCellReadAheadQueue = 16;
 }  // namespace
 
-PinnedSlots::PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead)
-    : cache_(&cache), access_(access), ahead_(ahead), slots_(slots), mask_(slots - 1) {
-  if (slots == 0 || (slots & (slots - 1)) != 0) throw InputError("pinned slots: a power of two >= 1 needed");
+namespace {
+std::size_t checked_slots(std::size_t slots) {
+  if (slots == 0 || (slots & (slots - 1)) != 0)
+    throw InputError("pinned slots: a power of two >= 1 needed, got " + std::to_string(slots));
+  return slots;
 }
+}  // namespace
+
+PinnedSlots::PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead)
+    : cache_(&cache),
+      access_(access),
+      ahead_(ahead),
+      slots_(checked_slots(slots)),
+      ways_(std::min(slots, kWays)),
+      set_mask_(slots / ways_ - 1),
+      last_(&slots_[0]) {}
 
 void PinnedSlots::refill(Slot& s, std::int64_t page) {
   s.handle.reset();  // unpin first: the cache may need this frame
