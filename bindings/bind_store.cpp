@@ -220,6 +220,7 @@ void bind_store(nb::module_& m) {
       .def_prop_ro("path", [](const StoreBox& b) { return b.get().file().path(); })
       .def_prop_ro("io_mode", [](const StoreBox& b) { return io_mode_name(b.get().file().mode()); })
       .def_prop_ro("io_detail", [](const StoreBox& b) { return b.get().file().mode_detail(); })
+      .def_prop_ro("in_memory", [](const StoreBox& b) { return b.get().file().in_memory(); })
       .def_prop_ro("eviction", [](const StoreBox& b) { return eviction_name(b.get().eviction()); })
       .def_prop_ro("frames", [](const StoreBox& b) { return b.get().frames(); })
       .def_prop_ro("pages", [](const StoreBox& b) { return b.get().pages(); })

@@ -16,6 +16,7 @@ import pytest
 
 import gravpipe as gp
 from gravpipe import _core
+from gravpipe.ooc import OutOfCore
 from gravpipe.errors import ChecksumError, MemoryBudgetError, StoreError
 from gravpipe.store import ParticleStore, from_particles, parse_byte_size
 
@@ -471,6 +472,40 @@ def test_paged_particles_blocks_are_charged_to_the_budget(tmp_path):
     with ParticleStore(tmp_path, n, memory_budget="1MiB", page_bytes=PAGE, threads=2) as s:
         with pytest.raises(MemoryBudgetError, match="particle block of 50000 particles"):
             s.read_blocks([0], [n])  # 1.6 MB of copies in a 1 MiB budget
+
+
+def _mount_type(path) -> str:
+    """The file system type of the mount that holds ``path``, from /proc/self/mounts."""
+    real, best, kind = os.path.realpath(path), "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            mount, fstype = line.split()[1:3]
+            mount = mount.replace("\\040", " ")
+            if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+                best, kind = mount, fstype
+    return kind
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mounts"), reason="needs Linux's /proc/self/mounts")
+def test_scratch_in_memory_is_told_apart_and_turns_the_walk_prefetch_off(tmp_path):
+    """A scratch directory on tmpfs (/dev/shm) is in memory, one on a device is not (as the
+    mount table says); the out-of-core tree's walk prefetch is on by default only for the
+    latter, and can still be set by hand."""
+    dirs = [tmp_path] + ([d] if os.path.isdir(d := "/dev/shm") and os.access(d, os.W_OK) else [])
+    p = gp.ic.plummer(5000, seed=1)
+    for d in dirs:
+        with OutOfCore.from_particles(p, d, "24MiB", eps=1e-2, threads=1, page_bytes=PAGE) as o:
+            in_memory = _mount_type(d) in ("tmpfs", "ramfs")
+            assert o.store.in_memory == in_memory
+            o.sort()
+            q = o.params
+            tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                                   q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                                   q["isa"])
+            assert tree.prefetch_runs == (0 if in_memory else 4)
+            tree.prefetch_runs = 2
+            assert tree.prefetch_runs == 2
+            del tree
 
 
 def test_io_mode_is_reported(tmp_path):

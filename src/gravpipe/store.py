@@ -268,6 +268,12 @@ class ParticleStore:
         return str(self._core.io_detail)
 
     @property
+    def in_memory(self) -> bool:
+        """Whether the scratch file lies in memory (tmpfs or ramfs, such as /dev/shm): the
+        tree walk then loads pages as it needs them, with no prefetch (nothing to hide)."""
+        return bool(self._core.in_memory)
+
+    @property
     def frames(self) -> int:
         return int(self._core.frames)
 

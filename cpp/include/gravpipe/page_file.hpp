@@ -50,6 +50,9 @@ class PageFile {
   /// Why the mode is what it is ("O_DIRECT", "buffered: O_DIRECT refused by the file system
   /// (Invalid argument)", "buffered: as requested").
   const std::string& mode_detail() const { return mode_detail_; }
+  /// Whether the file lies in memory (tmpfs or ramfs, such as /dev/shm): a load is a copy
+  /// of ~10 us there, with no device latency for read-ahead to hide.
+  bool in_memory() const { return in_memory_; }
 
  private:
   void open_direct_or_fall_back(IoMode requested);
@@ -60,6 +63,7 @@ class PageFile {
   int fd_ = -1;
   IoMode mode_ = IoMode::Buffered;
   std::string mode_detail_;
+  bool in_memory_ = false;
 };
 
 }  // namespace gravpipe

@@ -49,7 +49,11 @@ class PagedTree {
 
   /// Runs of groups whose pages self_forces loads ahead of each compute thread (the walk's
   /// prefetch, walk_prefetch.hpp); 0 turns it off, and so does a particle cache that holds
-  /// every page the walk touches. Changes I/O only, never a result bit.
+  /// every page the walk touches. Changes I/O only, never a result bit. The default is 4 for
+  /// a scratch file on a device and 0 for one in memory (tmpfs, /dev/shm): there a load is a
+  /// copy with no latency to hide, and the prefetch's planning walks only take CPU from the
+  /// compute threads (N = 1e7 at 1/10 of its data, 2 threads: the walk ~0.8 s faster
+  /// without it in /dev/shm, ~2 s slower without it on disk; BENCHMARKS.md).
   void set_prefetch_runs(int runs);
   /// OpenMP threads of the walk (what a RunResultsHook must serve at once).
   int threads() const { return threads_; }

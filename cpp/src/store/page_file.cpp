@@ -3,6 +3,7 @@
 #include "gravpipe/page_file.hpp"
 
 #include <fcntl.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,6 +40,16 @@ struct CreatedFile {
     ::unlink(path.c_str());
   }
 };
+
+/// Whether the file system of `fd` keeps its files in memory (statfs magic numbers of
+/// linux/magic.h: TMPFS_MAGIC, RAMFS_MAGIC). An unknown file system counts as a device.
+bool in_memory_file_system(int fd) {
+  struct statfs fs{};
+  if (::fstatfs(fd, &fs) != 0) return false;
+  constexpr unsigned long kTmpfs = 0x01021994, kRamfs = 0x858458f6;
+  const auto type = static_cast<unsigned long>(fs.f_type);
+  return type == kTmpfs || type == kRamfs;
+}
 
 }  // namespace
 
@@ -78,6 +89,7 @@ PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode 
   path_ = templ.data();
   fd_ = fd;
   CreatedFile guard{path_, fd_};
+  in_memory_ = in_memory_file_system(fd_);
   open_direct_or_fall_back(mode);
   guard.keep = true;
 }

@@ -27,7 +27,7 @@ namespace gravpipe {
 
 namespace {
 
-/// Runs the walk's prefetch plans ahead of each compute thread, by default.
+/// Runs the walk's prefetch plans ahead of each compute thread, by default (scratch on a device).
 constexpr int kPrefetchRuns = 4;
 /// Particles of a subtree the build gives one thread at most: ~32 subtrees a thread, so that
 /// the threads' ends balance, for a Plummer sphere's dense core too.
@@ -52,7 +52,7 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
       params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)),
-      prefetch_runs_(kPrefetchRuns),
+      prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
       keep_free_(keep_free) {
   check_tree_params(params_);
   if (params_.alpha > 0)
