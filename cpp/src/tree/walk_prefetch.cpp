@@ -21,7 +21,8 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
       mac_(mac),
       depth_(std::max(depth, 1)),
       per_page_(store.particles_per_page(pos)),
-      cursors_(static_cast<std::size_t>(std::max(threads, 1))) {
+      cursors_(static_cast<std::size_t>(std::max(threads, 1))),
+      windows_(cursors_.size()) {
   for (int c = 0; c < 4; ++c) {
     const std::int64_t base = c < 3 ? store_.page_of(pos, c, 0) : store_.page_of(mass, 0, 0);
     if (std::find(bases_.begin(), bases_.end(), base) == bases_.end()) bases_.push_back(base);
@@ -133,7 +134,6 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
       for (std::int64_t p = c.begin / per_page_; p <= (c.end - 1) / per_page_; ++p) add(p);
     }
   }
-  for (const std::int64_t p : pages) marked[static_cast<std::size_t>(p)] = 0;
   std::sort(pages.begin(), pages.end());
   // nearest the run's own page first: the run reads its own and its neighbours' first
   const std::int64_t own = run.i_begin / per_page_;
@@ -141,12 +141,40 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
                    [own](std::int64_t a, std::int64_t b) { return std::abs(a - own) < std::abs(b - own); });
 }
 
+void WalkPrefetch::Window::forget(std::size_t keep) {
+  for (; plans.size() > keep; plans.pop_front())
+    for (const std::int64_t p : plans.front()) marked[static_cast<std::size_t>(p)] = 0;
+}
+
+void WalkPrefetch::Window::drop_newest() {
+  if (plans.empty()) return;
+  for (const std::int64_t p : plans.back()) marked[static_cast<std::size_t>(p)] = 0;
+  plans.pop_back();
+}
+
+void WalkPrefetch::plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells,
+                             std::vector<std::int64_t>& pages, std::vector<std::int32_t>& stack) {
+  Window& w = windows_[thread];
+  if (w.marked.empty()) w.marked.assign(static_cast<std::size_t>((store_.size() + per_page_ - 1) / per_page_), 0);
+  // the thread's plans so far cover its runs up to depth_ ahead of where it is: pages they
+  // added were loaded then and stay in the cache about as long. A jump starts afresh.
+  w.forget(r == w.last + 1 ? static_cast<std::size_t>(2 * depth_) : 0);
+  w.last = r;
+  try {
+    footprint(r, cells, pages, stack, w.marked);
+  } catch (...) {  // the footprint left flags of pages it had not listed yet
+    std::fill(w.marked.begin(), w.marked.end(), std::uint8_t{0});
+    w.plans.clear();
+    w.last = -2;
+    throw;
+  }
+  w.plans.push_back(pages);
+}
+
 void WalkPrefetch::serve() {
   const PagedCellReader cells = cells_.reader();  // this thread's pins
   std::vector<std::int64_t> pages;
   std::vector<std::int32_t> stack;
-  // one flag per local page: planned for the run in hand (cleared after each footprint)
-  std::vector<std::uint8_t> marked(static_cast<std::size_t>((store_.size() + per_page_ - 1) / per_page_), 0);
   const auto nr = static_cast<std::int64_t>(runs_.size());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -169,20 +197,24 @@ void WalkPrefetch::serve() {
     lock.unlock();
     bool planned = true;
     try {
-      footprint(r, cells, pages, stack, marked);
+      plan_next(best, r, cells, pages, stack);
     } catch (...) {  // a cell page that fails to load: the compute thread's own read reports it
       planned = false;
-      std::fill(marked.begin(), marked.end(), std::uint8_t{0});  // the footprint left flags set
     }
     lock.lock();
     if (!planned) {
       ++failures_;
       continue;
     }
-    if (cursors_[best].at > r) continue;  // the thread went past it meanwhile
+    // pages not loaded for this run are left for the next runs' plans to list again
+    if (cursors_[best].at > r) {  // the thread went past it meanwhile
+      windows_[best].drop_newest();
+      continue;
+    }
     const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
     plans_[r] = Plan{best, pages};
     if (!fits) {
+      windows_[best].drop_newest();
       ++skipped_;
       continue;
     }
