@@ -61,6 +61,10 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     assert row["seconds_in_core"] == min(a for a, _ in pairs) and row["seconds_out_of_core"] == min(b for _, b in pairs)
     assert row["ratios_per_repeat"] == [b / a for a, b in pairs]
     assert row["ratio_median"] == pytest.approx(sum(b / a for a, b in pairs) / 2, rel=1e-12)
+    # the scratch is named for what it is, and the walk prefetches only from a device
+    assert row["io_mode"] in ("direct", "buffered") and isinstance(row["scratch_in_memory"], bool)
+    assert row["walk_prefetch_runs"] == (0 if row["scratch_in_memory"] else 4)
+    assert ("in memory (tmpfs)" if row["scratch_in_memory"] else "on a device: the walk prefetches 4") in r.stdout
 
 
 @pytest.mark.parametrize("args, message", [

@@ -540,6 +540,9 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   f"{format_bytes(r['bytes_written'])} (cells {format_bytes(r['cell_bytes_written'])}), stalls "
                   f"{r['stall_seconds']:.2f} thread-s; {r['interactions_per_s_out_of_core']:.3g} interactions/s; "
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
+            print(f"  scratch: {r['io_mode']} I/O, " +
+                  ("in memory (tmpfs): the walk loads pages as it needs them, no prefetch" if r["scratch_in_memory"]
+                   else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread"))
             print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
             print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"]))
             if len(r["seconds_per_repeat"]) > 1:

@@ -37,16 +37,17 @@ struct PagedCellRecord {
 };
 static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines");
 
-/// Pages pinned by one reader in two-way sets of slots (page mod sets picks the set; the less
-/// recently used of its two goes): a page stays pinned until another page takes its slot or
-/// the reader goes. Two ways, not one: the walk's hot pages (the top of the tree and a window
-/// of each level) collide in direct-mapped slots, and every collision is an unpin and a pin
-/// under the cache's lock (N = 1e7 at 1/10, 128 slots: 1.7M pins a thread per walk direct-
-/// mapped, BENCHMARKS.md). Not thread-safe: one per thread.
+/// Pages pinned by one reader in eight-way sets of slots (page mod sets picks the set; its
+/// least recently used way goes): a page stays pinned until another page takes its slot or
+/// the reader goes. Sets, not direct-mapped slots: the walk's hot pages (the top of the tree
+/// and a window of each level) collide in direct-mapped slots, and every collision is an
+/// unpin and a pin under the cache's lock (N = 1e7 at 1/10, 128 slots, pins a compute thread
+/// makes per walk: 1.7M direct-mapped, 45k eight-way; BENCHMARKS.md). Not thread-safe: one
+/// per thread.
 class PinnedSlots {
  public:
-  /// `slots`: a power of two (one slot: a single way). `ahead` (optional, not owned): told
-  /// the page after each one a refill had to load.
+  /// `slots`: a power of two (fewer than eight: one set of them all). `ahead` (optional, not
+  /// owned): told the page after each one a refill had to load.
   PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead = nullptr);
   /// The bytes of `page`, pinned at least until the next call.
   unsigned char* data(std::int64_t page) {
@@ -82,7 +83,7 @@ class PinnedSlots {
   std::vector<Slot> slots_;        // sets x ways, a set's ways side by side
   std::size_t ways_, set_mask_;
   std::uint64_t clock_ = 0;  // counts lookups that missed the last slot: a way's age
-  Slot* last_;               // the slot of the last lookup (its use is not counted again)
+  Slot* last_;               // the slot of the last lookup; into slots_' buffer, which a move keeps
 };
 
 class PagedCellReader;

@@ -13,9 +13,7 @@ namespace {
 constexpr std::size_t kWays = 8;
 /// Hinted cell pages that may wait for the read-ahead thread (a few per reader's miss).
 constexpr std::size_t kCellReadAheadQueue = 16;
-}  // namespace
 
-namespace {
 std::size_t checked_slots(std::size_t slots) {
   if (slots == 0 || (slots & (slots - 1)) != 0)
     throw InputError("pinned slots: a power of two >= 1 needed, got " + std::to_string(slots));

@@ -173,7 +173,9 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "interactions": int(ts.pp_interactions + ts.pc_interactions),
                            "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
-                           "budget_peak_bytes": int(o.store._core.budget_peak)}
+                           "budget_peak_bytes": int(o.store._core.budget_peak),
+                           "io_mode": o.store.io_mode, "scratch_in_memory": o.store.in_memory,
+                           "walk_prefetch_runs": int(o._tree.prefetch_runs)}
         del pos_in, vel_in
     ratios = [b / a for a, b in pairs]
     return {"n": n, "model": model, "threads": threads, "page_bytes": page, "data_bytes": data,
