@@ -371,13 +371,14 @@ class Tree {
   const TreeStats& stats() const { return stats_; }
   const TreeParams& params() const { return params_; }
   Isa isa() const { return isa_; }
-  std::size_t size() const { return m_.size(); }
-  const TreeNodes& nodes() const { return nodes_; }
+  std::size_t size() const { return arrays_.m.size(); }
+  const TreeNodes& nodes() const { return arrays_.nodes; }
 
  private:
   /// The sources, in curve order, through the in-core accessor.
   InCoreParticles particles() const {
-    return {{x_.data(), x_.size()}, {y_.data(), y_.size()}, {z_.data(), z_.size()}, {m_.data(), m_.size()}};
+    const TreeStorage& a = arrays_;
+    return {{a.x.data(), a.x.size()}, {a.y.data(), a.y.size()}, {a.z.data(), a.z.size()}, {a.m.data(), a.m.size()}};
   }
   /// Evaluate groups over i-particles given in i order (sorted index -> caller index in
   /// i_caller), writing caller-ordered results, and record the work in stats_.
@@ -389,15 +390,12 @@ class Tree {
   int threads_;
   Isa isa_;
   CurveBox frame_;                    // the sources' cube: forces_at sorts its points in it too
-  std::vector<std::int64_t> order_;   // curve position -> caller index
-  std::vector<std::int64_t> rank_;    // caller index -> curve position
-  std::vector<double> x_, y_, z_, m_;  // sources in curve order
-  std::vector<double> a_old_;         // |a| of the last self_forces, curve order
-  TreeNodes nodes_;
+  // its arrays (recycle() hands them on): order (curve position -> caller index), rank
+  // (caller index -> curve position), x, y, z, m (sources in curve order), a_old (|a| of the
+  // last self_forces, curve order), nodes, and the build's scratch (keys, sort)
+  TreeStorage arrays_;
   std::vector<std::int32_t> groups_;
   TreeStats stats_;
-  std::vector<std::uint64_t> keys_scratch_;  // storage's, kept for recycle()
-  SortScratch sort_scratch_;
 };
 
 /// The tree behind the ForceProvider interface: set_j builds a new tree; forces() on the

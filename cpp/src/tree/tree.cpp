@@ -94,74 +94,67 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
   check_tree_params(params_);
   const std::size_t n = check_j_set(pos, mass, {});
   if (storage != nullptr) {  // build in a previous tree's arrays: their pages are already mapped
-    keys_scratch_ = std::move(storage->keys), sort_scratch_ = std::move(storage->sort);
-    order_ = std::move(storage->order), rank_ = std::move(storage->rank);
-    x_ = std::move(storage->x), y_ = std::move(storage->y), z_ = std::move(storage->z), m_ = std::move(storage->m);
-    a_old_ = std::move(storage->a_old), nodes_ = std::move(storage->nodes);
-    a_old_.clear();  // no old accelerations until set_old_accelerations or self_forces
+    arrays_ = std::move(*storage);
+    arrays_.a_old.clear();  // no old accelerations until set_old_accelerations or self_forces
   }
 
   auto t0 = Clock::now();
   frame_ = frame != nullptr ? *frame : bounding_cube(pos, threads_);
-  std::vector<std::uint64_t>& keys = keys_scratch_;
+  std::vector<std::uint64_t>& keys = arrays_.keys;
   curve_keys_into(pos, frame_, threads_, keys);
-  sort_keys_into(keys, order_, threads_, &sort_scratch_);
-  rank_.resize(n);
-  for (auto* v : {&x_, &y_, &z_, &m_}) v->resize(n);
+  sort_keys_into(keys, arrays_.order, threads_, &arrays_.sort);
+  arrays_.rank.resize(n);
+  for (auto* v : {&arrays_.x, &arrays_.y, &arrays_.z, &arrays_.m}) v->resize(n);
   const auto sn = static_cast<std::int64_t>(n);
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (std::int64_t k = 0; k < sn; ++k) {
-    const std::int64_t o = order_[k];
-    x_[k] = pos[3 * o], y_[k] = pos[3 * o + 1], z_[k] = pos[3 * o + 2], m_[k] = mass[o];
-    rank_[o] = k;
+    const std::int64_t o = arrays_.order[k];
+    arrays_.x[k] = pos[3 * o], arrays_.y[k] = pos[3 * o + 1], arrays_.z[k] = pos[3 * o + 2], arrays_.m[k] = mass[o];
+    arrays_.rank[o] = k;
   }
   stats_.seconds_sort = seconds_since(t0);
 
   t0 = Clock::now();
-  build_octree_into({keys.data(), keys.size()}, params_.n_leaf, nodes_);
-  groups_ = group_cells(nodes_, params_.n_crit);
+  build_octree_into({keys.data(), keys.size()}, params_.n_leaf, arrays_.nodes);
+  groups_ = group_cells(arrays_.nodes, params_.n_crit);
   stats_.seconds_build = seconds_since(t0);
 
   t0 = Clock::now();
-  compute_moments(nodes_, particles(), params_.theta, params_.quad_tol, threads_);
+  compute_moments(arrays_.nodes, particles(), params_.theta, params_.quad_tol, threads_);
   stats_.seconds_moments = seconds_since(t0);
 
   if (storage == nullptr) {  // a tree on its own keeps no scratch (24 bytes a particle)
-    std::vector<std::uint64_t>().swap(keys_scratch_);
-    sort_scratch_ = SortScratch{};
+    std::vector<std::uint64_t>().swap(arrays_.keys);
+    arrays_.sort = SortScratch{};
   }
   stats_.n_j = n;
-  stats_.nodes = nodes_.count();
+  stats_.nodes = arrays_.nodes.count();
   stats_.leaves = static_cast<std::uint64_t>(
-      std::count(nodes_.first_child.begin(), nodes_.first_child.end(), -1));
+      std::count(arrays_.nodes.first_child.begin(), arrays_.nodes.first_child.end(), -1));
 }
 
-void Tree::recycle(TreeStorage& storage) {
-  storage.keys = std::move(keys_scratch_), storage.sort = std::move(sort_scratch_);
-  storage.order = std::move(order_), storage.rank = std::move(rank_);
-  storage.x = std::move(x_), storage.y = std::move(y_), storage.z = std::move(z_), storage.m = std::move(m_);
-  storage.a_old = std::move(a_old_), storage.nodes = std::move(nodes_);
-}
+void Tree::recycle(TreeStorage& storage) { storage = std::move(arrays_); }
 
 void Tree::set_old_accelerations(Span<const double> a_abs) {
   if (a_abs.size() != size()) throw InputError("old accelerations: length differs from the tree's");
-  a_old_.resize(size());
-  for (std::size_t k = 0; k < size(); ++k) a_old_[k] = a_abs[order_[k]];
+  arrays_.a_old.resize(size());
+  for (std::size_t k = 0; k < size(); ++k) arrays_.a_old[k] = a_abs[arrays_.order[k]];
 }
 
 void Tree::self_forces(Span<double> acc, Span<double> pot) {
   const std::size_t n = size();
   if (acc.size() != 3 * n || pot.size() != n) throw InputError("self_forces: output sizes differ from the tree's");
-  const bool relative = params_.alpha > 0 && !a_old_.empty();
-  const std::vector<Group> groups = cell_groups(nodes_, groups_, relative ? a_old_ : std::vector<double>{});
+  const bool relative = params_.alpha > 0 && !arrays_.a_old.empty();
+  const std::vector<Group> groups =
+      cell_groups(arrays_.nodes, groups_, relative ? arrays_.a_old : std::vector<double>{});
   // every i-particle excludes itself (exclude_self): no array of N indices
-  run_groups(groups, particles(), {}, {order_.data(), n}, acc, pot, true);
+  run_groups(groups, particles(), {}, {arrays_.order.data(), n}, acc, pot, true);
   stats_.relative_criterion_used = relative;
   // |a| of this evaluation, for the relative criterion of the next one
-  a_old_.resize(n);
+  arrays_.a_old.resize(n);
   for (std::size_t k = 0; k < n; ++k) {
-    const std::int64_t o = order_[k];
-    a_old_[k] = std::sqrt(acc[3 * o] * acc[3 * o] + acc[3 * o + 1] * acc[3 * o + 1] +
+    const std::int64_t o = arrays_.order[k];
+    arrays_.a_old[k] = std::sqrt(acc[3 * o] * acc[3 * o] + acc[3 * o + 1] * acc[3 * o + 1] +
                           acc[3 * o + 2] * acc[3 * o + 2]);
   }
 }
@@ -178,7 +171,7 @@ void Tree::forces_at(Span<const double> pos_i, Span<const std::int64_t> exclude,
   for (std::size_t k = 0; k < ni; ++k) {
     const std::int64_t o = order[k];
     x[k] = pos_i[3 * o], y[k] = pos_i[3 * o + 1], z[k] = pos_i[3 * o + 2];
-    if (!exclude.empty() && exclude[o] >= 0) ex[k] = rank_[exclude[o]];
+    if (!exclude.empty() && exclude[o] >= 0) ex[k] = arrays_.rank[exclude[o]];
   }
   const InCoreParticles sinks{{x.data(), ni}, {y.data(), ni}, {z.data(), ni}, {unused.data(), ni}};
   const std::vector<Group> groups = chunk_groups(sinks, ex, static_cast<std::size_t>(params_.n_crit));
@@ -194,7 +187,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
   const auto t_start = Clock::now();
   const InCoreParticles sources = particles();
   const CallerResults results{i_caller, acc, pot};
-  const InCoreCells cells(nodes_);
+  const InCoreCells cells(arrays_.nodes);
   const GroupEvaluation<InCoreParticles, InCoreParticles> e{
       cells, params_, isa_, sources, sinks, i_exclude, results, exclude_self};
   const GroupWork work = evaluate_groups(e, groups, threads_);
