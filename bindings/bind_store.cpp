@@ -211,6 +211,12 @@ void bind_store(nb::module_& m) {
         s.cool(f, begin, end);
       }, nb::arg("field"), nb::arg("begin"), nb::arg("end"),
          "A sweep is done with particles [begin, end) of the field: the pages that end there go first.")
+      .def("prefetch_pages", [](StoreBox& b, const std::vector<std::int64_t>& pages) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        return s.prefetch_pages(Span<const std::int64_t>(pages.data(), pages.size()));
+      }, nb::arg("pages"), "Load pages ahead of their use, their reads in flight together; returns the loads that failed.")
+      .def_prop_ro("batched_reads", [](const StoreBox& b) { return b.get().batched_reads(); })
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })

@@ -257,6 +257,52 @@ def test_flipped_bit_on_disk_names_the_page_and_no_data_is_returned(tmp_path):
         assert np.array_equal(s.read("pos", 0, 4992), pos[:4992])
 
 
+@pytest.mark.parametrize("io_mode", ["auto", "buffered"])
+def test_pages_prefetched_together_hold_their_bytes_and_a_corrupt_one_is_left_to_the_reader(tmp_path, io_mode):
+    """ParticleStore.prefetch loads many pages with their reads in flight together (runs of
+    neighbouring pages joined into one request): each lands in its own frame with its own
+    bytes, the loads count as read and prefetched, and a page that fails its checksum is
+    left out, so that the read which wants it raises ChecksumError naming it."""
+    n = 16384
+    rng = np.random.default_rng(11)
+    vel = rng.normal(size=(n, 3))
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=256 * PAGE, page_bytes=PAGE,
+                       threads=2, read_ahead=0, io=io_mode) as s:
+        s.write("vel", 0, vel)
+        s.evict_all()
+        s.reset_stats()
+        if s.io_mode == "direct":
+            assert s.batched_reads.startswith(("Linux AIO, 16 deep", "one pread at a time (io_setup refused"))
+        else:
+            assert s.batched_reads.startswith("one pread at a time (the file is buffered")
+        # vel's x and y of particles 0..4095 (runs of 8 neighbouring pages), and scattered z pages
+        pages = [s.page_of("vel", c, 512 * k) for c in (0, 1) for k in range(8)]
+        pages += [s.page_of("vel", 2, 512 * k) for k in (1, 5, 9, 30)]
+        bad = s.page_of("vel", 1, 512 * 3)
+        _flip_bits(s.path, bad * PAGE + 77, 0x01)
+        assert s.prefetch(pages[::-1]) == 1  # any order; the corrupt page fails alone
+        st = s.stats()
+        assert st["prefetched"] == len(pages) - 1 and st["pages_read"] == len(pages) - 1
+        assert st["checksum_checks"] == len(pages) - 1 and st["bytes_read"] == (len(pages) - 1) * PAGE
+        assert s.prefetch(pages) == 1  # resident ones are skipped; the bad one is read again
+        assert s.stats()["prefetched"] == len(pages) - 1
+        # pages 0-2 and 4-7 of x and y came from the prefetched frames, and z's pages 1 and 5
+        assert np.array_equal(s.read("vel", 0, 1536), vel[:1536])
+        assert np.array_equal(s.read("vel", 2048, 4096), vel[2048:4096])
+        assert s.stats()["prefetch_hits"] == 2 * 7 + 2
+        with pytest.raises(ChecksumError, match=rf"page {bad} \(field 'vel' component 1, particles 1536\.\.2047\)"):
+            s.read("vel", 1536, 1537)
+        assert np.array_equal(s.read("vel", 4608, 5120), vel[4608:5120])
+        assert np.array_equal(s.read("vel", 15360, 15872), vel[15360:15872])
+        # a page the file no longer reaches (truncated by someone else): a short read, left out
+        s.evict_all()
+        last = s.page_of("vel", 2, n - 1)
+        os.truncate(s.path, last * PAGE + PAGE // 2)
+        assert s.prefetch([last - 1, last]) == 1
+        with pytest.raises(StoreError, match=rf"reading page {last} failed: the file ends early"):
+            s.read("vel", n - 1, n)
+
+
 def test_pos_and_mass_share_pages_column_after_column(tmp_path):
     """The page group "body": one page holds x, y, z, m of the same particles, each a
     contiguous column of page_bytes / 32 values, and its bytes on disk are those values."""

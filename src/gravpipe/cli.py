@@ -542,7 +542,8 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
             print(f"  scratch: {r['io_mode']} I/O, " +
                   ("in memory (tmpfs): the walk loads pages as it needs them, no prefetch" if r["scratch_in_memory"]
-                   else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread"))
+                   else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread "
+                        f"({r['walk_prefetch_reads']})"))
             print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
             print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"]))
             if len(r["seconds_per_repeat"]) > 1:

@@ -231,6 +231,15 @@ class ParticleStore:
         """Flush, then empty the cache: the next reads come from the file."""
         self._core.evict_all()
 
+    def prefetch(self, pages: Sequence[int]) -> int:
+        """Load scratch-file ``pages`` (numbers from :meth:`page_of`) into the cache ahead of
+        their use, their reads in flight together (:attr:`batched_reads`), as the tree walk's
+        prefetch does. Pages already resident are skipped; loading stops when the frames a
+        prefetch may take (a quarter of the cache, never a page in use) run out. Returns the
+        number of loads that failed: such a page is left out, and the read that wants it
+        reads it again and raises the error (e.g. :class:`~gravpipe.errors.ChecksumError`)."""
+        return int(self._core.prefetch_pages([int(p) for p in pages]))
+
     def page_of(self, field: str, component: int, index: int) -> int:
         """The scratch-file page holding component ``component`` of particle ``index``."""
         return int(self._core.page_of(field, int(component), int(index)))
@@ -241,9 +250,10 @@ class ParticleStore:
         """Counters since creation or reset_stats(): pages_read, bytes_read, pages_written,
         bytes_written, bytes_swapped (read + written, seed 004's figure), hits, misses,
         evictions, prefetched, prefetch_hits, checksum_checks, stall_seconds (compute threads
-        waiting on I/O); and io_mode, frames, page_bytes, budget_bytes, budget_used_bytes."""
+        waiting on I/O); and io_mode, io_detail, batched_reads, eviction, frames, pages,
+        page_bytes, budget_bytes, budget_used_bytes, read_ahead_failures."""
         s = dict(self._core.counters())
-        s.update(io_mode=self.io_mode, io_detail=self.io_detail, eviction=self._core.eviction, frames=self.frames,
+        s.update(io_mode=self.io_mode, io_detail=self.io_detail, batched_reads=self.batched_reads, eviction=self._core.eviction, frames=self.frames,
                  pages=self.pages, page_bytes=self.page_bytes, budget_bytes=int(self._core.budget_total),
                  budget_used_bytes=int(self._core.budget_used), read_ahead_failures=int(self._core.read_ahead_failures()))
         return s
@@ -266,6 +276,12 @@ class ParticleStore:
     def io_detail(self) -> str:
         """Why the I/O mode is what it is (e.g. the file system's refusal of O_DIRECT)."""
         return str(self._core.io_detail)
+
+    @property
+    def batched_reads(self) -> str:
+        """How batched page loads (the walk's prefetch, :meth:`prefetch`) reach the file:
+        "Linux AIO, 16 deep" on a direct-I/O file, else "one pread at a time (why)"."""
+        return str(self._core.batched_reads)
 
     @property
     def in_memory(self) -> bool:

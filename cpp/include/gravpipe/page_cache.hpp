@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gravpipe/aligned_buffer.hpp"
+#include "gravpipe/batched_page_reads.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_file.hpp"
 #include "gravpipe/span.hpp"
@@ -71,6 +72,12 @@ class PageCache {
   /// prefetched pages not yet used or being loaded; never waits for a frame. Returns whether
   /// it loaded. For the read-ahead workers and the walk's prefetch.
   bool prefetch(std::int64_t page);
+  /// prefetch() of several pages at once: frames are taken for them in the given order
+  /// (under the same rules, stopping at the first that finds none), and their reads go to
+  /// the file together through `reads` (several in flight, neighbours joined). A page whose
+  /// read or checksum fails is left absent: the pin that wants it reads it again and raises
+  /// the error there. Returns how many failed (reads, checksums, write-backs of victims).
+  std::int64_t prefetch_many(Span<const std::int64_t> pages, BatchedPageReads& reads);
   /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
   /// before reading any back (a tree evaluation's results). Their bytes are never read from
   /// the file again nor written back: resident copies are dropped (clean or dirty; pinned
@@ -106,8 +113,21 @@ class PageCache {
     State state = State::Empty;
   };
 
+  /// A frame given to a page being loaded: busy until completed or dropped.
+  struct Claim {
+    int frame;
+    std::int64_t page;
+    std::int64_t old;  // the page the frame held (-1: none)
+    bool write_old;    // old is dirty: written back before the frame is read into
+    bool prefetch;
+  };
   int acquire(std::int64_t page, Access access, bool prefetch, bool* stalled = nullptr);
   int load_into(int frame, std::int64_t page, Access access, bool prefetch, std::unique_lock<std::mutex>& lock);
+  Claim claim(int frame, std::int64_t page, bool prefetch);
+  void write_back_claimed(const Claim& c, std::unique_lock<std::mutex>& lock);
+  void drop_claim(const Claim& c);
+  void complete_claim(const Claim& c, Access access, bool was_read);
+  bool crc_matches(std::int64_t page, const unsigned char* data) const;
   void write_back(std::int64_t page, const unsigned char* data);
   void read_in(std::int64_t page, unsigned char* data);
   void unpin(int frame);

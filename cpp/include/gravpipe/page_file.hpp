@@ -53,6 +53,9 @@ class PageFile {
   /// Whether the file lies in memory (tmpfs or ramfs, such as /dev/shm): a load is a copy
   /// of ~10 us there, with no device latency for read-ahead to hide.
   bool in_memory() const { return in_memory_; }
+  /// The open descriptor, for readers that batch their requests (BatchedPageReads): the
+  /// file stays its owner.
+  int fd() const { return fd_; }
 
  private:
   void open_direct_or_fall_back(IoMode requested);

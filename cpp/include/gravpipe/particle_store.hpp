@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gravpipe/batched_page_reads.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
@@ -121,6 +122,12 @@ class ParticleStore {
   /// for a reader that knows its next pages (the tree's walk prefetch). Returns whether it
   /// loaded; I/O errors propagate.
   bool prefetch(std::int64_t page) { return cache_->prefetch(page); }
+  /// prefetch() of many pages, their reads in flight together (PageCache::prefetch_many
+  /// through a BatchedPageReads of this call). Returns the loads that failed (the reader's
+  /// own pin of such a page reports why).
+  std::int64_t prefetch_pages(Span<const std::int64_t> pages);
+  /// How batched loads reach the file: "Linux AIO, N deep", or "one pread at a time (why)".
+  std::string batched_reads() const;
   /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
   void hint(std::int64_t page) { read_ahead_->hint(page); }
   /// Pages the read-ahead thread looks ahead along a column.

@@ -146,11 +146,27 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* st
 
 // Called and returning with the lock held; releases it around the file I/O.
 int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch, std::unique_lock<std::mutex>& lock) {
+  const Claim c = claim(f, page, prefetch);
+  write_back_claimed(c, lock);
+  lock.unlock();
+  try {
+    if (access != Access::Overwrite) read_in(page, frame_data(f));
+  } catch (...) {
+    lock.lock();
+    drop_claim(c);
+    throw;
+  }
+  lock.lock();
+  complete_claim(c, access, access != Access::Overwrite);
+  return f;
+}
+
+// With the lock held: frame f is given to `page`, busy until complete_claim or drop_claim.
+PageCache::Claim PageCache::claim(int f, std::int64_t page, bool prefetch) {
   Frame& fr = frames_[static_cast<std::size_t>(f)];
-  const std::int64_t old = fr.page;
-  const bool write_old = fr.state == State::Ready && fr.dirty;
-  if (old >= 0 && !write_old) {
-    table_.erase(old);
+  const Claim c{f, page, fr.page, fr.state == State::Ready && fr.dirty, prefetch};
+  if (c.old >= 0 && !c.write_old) {
+    table_.erase(c.old);
     ++counters_.evictions;
   }
   // While busy, both the old page (if it is being written back) and the new one map to this
@@ -161,54 +177,115 @@ int PageCache::load_into(int f, std::int64_t page, Access access, bool prefetch,
   fr.prefetched = false;
   table_[page] = f;
   if (prefetch) ++prefetches_in_flight_;
-  unsigned char* data = frame_data(f);
+  return c;
+}
+
+// Called and returning with the lock held; releases it around the write.
+void PageCache::write_back_claimed(const Claim& c, std::unique_lock<std::mutex>& lock) {
+  if (!c.write_old) return;
+  Frame& fr = frames_[static_cast<std::size_t>(c.frame)];
   lock.unlock();
   try {
-    if (write_old) write_back(old, data);
+    write_back(c.old, frame_data(c.frame));
   } catch (...) {
     lock.lock();
-    if (prefetch) --prefetches_in_flight_;
-    table_.erase(page);  // keep the old page, still dirty: its data exists nowhere else
-    fr.page = old;
+    if (c.prefetch) --prefetches_in_flight_;
+    table_.erase(c.page);  // keep the old page, still dirty: its data exists nowhere else
+    fr.page = c.old;
     fr.state = State::Ready;
     changed_.notify_all();
     throw;
   }
   lock.lock();
-  if (write_old) {
-    table_.erase(old);
-    ++counters_.evictions;
-    fr.dirty = false;
-  }
-  lock.unlock();
-  try {
-    if (access != Access::Overwrite) read_in(page, data);
-  } catch (...) {
-    lock.lock();
-    if (prefetch) --prefetches_in_flight_;
-    table_.erase(page);
-    fr = Frame{};
-    changed_.notify_all();
-    throw;
-  }
-  lock.lock();
-  if (access != Access::Overwrite && written_[static_cast<std::size_t>(page)] != 0) {
+  table_.erase(c.old);
+  ++counters_.evictions;
+  fr.dirty = false;
+}
+
+// With the lock held: the claimed page could not be read; its frame is left empty.
+void PageCache::drop_claim(const Claim& c) {
+  if (c.prefetch) --prefetches_in_flight_;
+  table_.erase(c.page);
+  frames_[static_cast<std::size_t>(c.frame)] = Frame{};
+  changed_.notify_all();
+}
+
+// With the lock held: the claimed page's bytes are in its frame (read when `was_read`).
+void PageCache::complete_claim(const Claim& c, Access access, bool was_read) {
+  Frame& fr = frames_[static_cast<std::size_t>(c.frame)];
+  if (was_read && written_[static_cast<std::size_t>(c.page)] != 0) {
     ++counters_.pages_read;
     counters_.bytes_read += static_cast<std::int64_t>(page_bytes_);
     ++counters_.checksum_checks;
   }
-  if (prefetch) {
+  if (c.prefetch) {
     ++counters_.prefetched;
     ++prefetched_unused_;
     --prefetches_in_flight_;
   }
   fr.state = State::Ready;
   fr.dirty = access != Access::Read;
-  fr.pins = prefetch ? 0 : 1;
-  fr.prefetched = prefetch;
-  policy_->touch(static_cast<std::size_t>(f));
+  fr.pins = c.prefetch ? 0 : 1;
+  fr.prefetched = c.prefetch;
+  policy_->touch(static_cast<std::size_t>(c.frame));
   changed_.notify_all();
-  return f;
+}
+
+std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPageReads& reads) {
+  std::vector<Claim> claims;
+  std::int64_t failed = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto evictable = [this](std::size_t f) { return frames_[f].pins == 0 && frames_[f].state != State::Busy; };
+    for (const std::int64_t page : pages) {
+      if (page < 0 || page >= pages_ || table_.count(page) != 0) continue;  // here or on its way
+      if (prefetched_unused_ + prefetches_in_flight_ >= max_prefetched_()) break;
+      const int victim = policy_->cold_victim(evictable);
+      if (victim < 0) break;
+      claims.push_back(claim(victim, page, true));
+    }
+    // dirty victims go out first, one at a time (the walk's cold frames are mostly clean:
+    // the results and the closing kick's pages were cooled and written back by then)
+    for (std::size_t k = 0; k < claims.size();) {
+      try {
+        write_back_claimed(claims[k], lock);
+        ++k;
+      } catch (...) {  // the old page stays, dirty; a later pin or flush reports the error
+        ++failed;
+        claims.erase(claims.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+  }
+  // unwritten pages read as zeros; the others come from the file all at once
+  std::vector<BatchedPageReads::Read> to_read;
+  std::vector<std::size_t> read_claim;
+  for (std::size_t k = 0; k < claims.size(); ++k) {
+    unsigned char* data = frame_data(claims[k].frame);
+    if (written_[static_cast<std::size_t>(claims[k].page)] == 0) {
+      std::memset(data, 0, page_bytes_);
+    } else {
+      to_read.push_back({claims[k].page, data});
+      read_claim.push_back(k);
+    }
+  }
+  std::vector<int> errors(to_read.size());
+  reads.read(Span<const BatchedPageReads::Read>(to_read.data(), to_read.size()), Span<int>(errors.data(), errors.size()));
+  std::vector<std::uint8_t> good(claims.size(), 1);
+  for (std::size_t r = 0; r < to_read.size(); ++r) {
+    // a failed read or a bad checksum leaves the page out: the pin that wants it reads it
+    // again and raises the error, naming the page, in the thread that needs the data
+    good[read_claim[r]] = errors[r] == 0 && crc_matches(to_read[r].page, to_read[r].data);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t k = 0; k < claims.size(); ++k) {
+    if (good[k]) {
+      complete_claim(claims[k], Access::Read, true);
+    } else {
+      drop_claim(claims[k]);
+      ++failed;
+    }
+  }
+  return failed;
 }
 
 // The page is busy in its frame, so no one else writes its bytes, its CRC or its flag.
@@ -237,13 +314,18 @@ void PageCache::read_in(std::int64_t page, unsigned char* data) {
     return;
   }
   file_.read(page, Span<unsigned char>(data, page_bytes_));
-  const std::uint32_t got = crc32c(Span<const unsigned char>(data, page_bytes_));
-  const std::uint32_t want = crc_[static_cast<std::size_t>(page)];
-  if (got != want)
+  if (!crc_matches(page, data)) {
+    const std::uint32_t got = crc32c(Span<const unsigned char>(data, page_bytes_));
     throw ChecksumError("scratch file " + file_.path() + ": " + describe(page) +
-                            " is corrupt: its CRC32C read back is " + hex32(got) + ", written " + hex32(want) +
+                            " is corrupt: its CRC32C read back is " + hex32(got) + ", written " +
+                            hex32(crc_[static_cast<std::size_t>(page)]) +
                             "; the damaged data was not used (a failing disk or a file changed by someone else)",
                         file_.path(), page);
+  }
+}
+
+bool PageCache::crc_matches(std::int64_t page, const unsigned char* data) const {
+  return crc32c(Span<const unsigned char>(data, page_bytes_)) == crc_[static_cast<std::size_t>(page)];
 }
 
 void PageCache::unpin(int f) {

@@ -22,7 +22,8 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
       depth_(std::max(depth, 1)),
       per_page_(store.particles_per_page(pos)),
       cursors_(static_cast<std::size_t>(std::max(threads, 1))),
-      windows_(cursors_.size()) {
+      windows_(cursors_.size()),
+      reads_(store.file(), kReadDepth) {
   for (int c = 0; c < 4; ++c) {
     const std::int64_t base = c < 3 ? store_.page_of(pos, c, 0) : store_.page_of(mass, 0, 0);
     if (std::find(bases_.begin(), bases_.end(), base) == bases_.end()) bases_.push_back(base);
@@ -173,7 +174,7 @@ void WalkPrefetch::plan_next(std::size_t thread, std::int64_t r, const PagedCell
 
 void WalkPrefetch::serve() {
   const PagedCellReader cells = cells_.reader();  // this thread's pins
-  std::vector<std::int64_t> pages;
+  std::vector<std::int64_t> pages, batch;
   std::vector<std::int32_t> stack;
   const auto nr = static_cast<std::int64_t>(runs_.size());
   std::unique_lock<std::mutex> lock(mutex_);
@@ -218,19 +219,21 @@ void WalkPrefetch::serve() {
       ++skipped_;
       continue;
     }
-    // stop early when the thread has gone past the run (stale) or the walk ends
-    for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; ++q) {
+    // a batch of pages at a time, their reads in flight together; stop early when the thread
+    // has gone past the run (stale) or the walk ends
+    for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; q += kBatchPages) {
       lock.unlock();
-      bool failed = false;
-      for (const std::int64_t base : bases_) {
-        try {
-          store_.prefetch(base + pages[q]);
-        } catch (...) {  // reported again, with its message, by the compute thread's own pin
-          failed = true;
-        }
+      batch.clear();
+      for (std::size_t k = q; k < std::min(pages.size(), q + kBatchPages); ++k)
+        for (const std::int64_t base : bases_) batch.push_back(base + pages[k]);
+      std::int64_t failed = 0;
+      try {
+        failed = store_.cache().prefetch_many(Span<const std::int64_t>(batch.data(), batch.size()), reads_);
+      } catch (...) {  // reported again, with its message, by the compute thread's own pin
+        failed = 1;
       }
       lock.lock();
-      if (failed) ++failures_;
+      failures_ += failed;
     }
   }
 }

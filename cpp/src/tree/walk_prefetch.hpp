@@ -3,7 +3,9 @@
 // of the leaves its members open. A background thread walks the runs a few ahead of each
 // compute thread (the footprint walk: the same MAC, only the opened leaves kept) and loads
 // those pages (x, y, z, m) into the cache unpinned, so that the compute threads find them
-// there instead of stalling on a synchronous read. Internal to src/tree.
+// there instead of stalling on a synchronous read. The loads go kBatchPages pages at a time,
+// their reads in flight together (BatchedPageReads: Linux AIO on the O_DIRECT file, for one
+// wake of the thread a batch instead of one a page). Internal to src/tree.
 //
 // Only I/O moves: no particle value, list or sum depends on whether a page came in ahead or
 // on demand, so results stay bitwise identical. Prefetched pages count as bytes read (and
@@ -31,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "gravpipe/batched_page_reads.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
@@ -105,6 +108,11 @@ class WalkPrefetch {
   std::vector<Window> windows_;  // per compute thread; the prefetch thread's alone
   std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left by their thread
   std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
+  /// Local pages whose loads go to the file together (x 1..4 columns), and the requests
+  /// in flight at once (BENCHMARKS.md, session 16).
+  static constexpr std::size_t kBatchPages = 8;
+  static constexpr int kReadDepth = 16;
+  BatchedPageReads reads_;             // the prefetch thread's alone
   bool stop_ = false;
   std::int64_t planned_ = 0, skipped_ = 0, failures_ = 0;
   std::thread thread_;  // last: starts after everything it uses exists

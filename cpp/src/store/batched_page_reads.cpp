@@ -1,0 +1,160 @@
+// Batched page reads through Linux native AIO (batched_page_reads.hpp).
+#include "gravpipe/batched_page_reads.hpp"
+
+#include <linux/aio_abi.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <numeric>
+#include <system_error>
+
+#include "gravpipe/error.hpp"
+
+namespace gravpipe {
+
+namespace {
+
+// glibc has no wrappers for the kernel's AIO calls (libaio is a separate library): the
+// system calls themselves, which are stable ABI.
+long aio_setup(unsigned nr, aio_context_t* ctx) { return ::syscall(SYS_io_setup, nr, ctx); }
+long aio_destroy(aio_context_t ctx) { return ::syscall(SYS_io_destroy, ctx); }
+long aio_submit(aio_context_t ctx, long n, iocb** cbs) { return ::syscall(SYS_io_submit, ctx, n, cbs); }
+long aio_getevents(aio_context_t ctx, long min_nr, long nr, io_event* events) {
+  return ::syscall(SYS_io_getevents, ctx, min_nr, nr, events, nullptr);
+}
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+}  // namespace
+
+BatchedPageReads::BatchedPageReads(const PageFile& file, int depth, int join)
+    : file_(file), depth_(std::max(depth, 1)), join_(std::max(join, 1)) {
+  if (file_.mode() != IoMode::Direct) {
+    how_ = "one pread at a time (the file is buffered: AIO would block in io_submit)";
+    return;
+  }
+  aio_context_t ctx = 0;
+  if (aio_setup(static_cast<unsigned>(depth_), &ctx) != 0) {
+    how_ = "one pread at a time (io_setup refused: " + errno_text(errno) + ")";
+    return;
+  }
+  context_ = ctx;
+  how_ = "Linux AIO, " + std::to_string(depth_) + " deep";
+}
+
+BatchedPageReads::~BatchedPageReads() {
+  if (context_ != 0) aio_destroy(context_);
+}
+
+void BatchedPageReads::read(Span<const Read> reads, Span<int> errors) {
+  if (errors.size() != reads.size()) throw std::logic_error("batched page reads: one error slot per read needed");
+  std::fill(errors.begin(), errors.end(), 0);
+  if (context_ == 0) {
+    read_one_at_a_time(reads, errors);
+  } else {
+    read_batched(reads, errors);
+  }
+}
+
+void BatchedPageReads::read_one_at_a_time(Span<const Read> reads, Span<int> errors) const {
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    try {
+      file_.read(reads[k].page, Span<unsigned char>(reads[k].data, file_.page_bytes()));
+    } catch (const StoreError&) {  // the caller's own read of the page later says why
+      errors[k] = EIO;
+    }
+  }
+}
+
+void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
+  const std::size_t page_bytes = file_.page_bytes();
+  // reads in file order, so that neighbours join into one request
+  std::vector<std::size_t> order(reads.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return reads[a].page < reads[b].page; });
+  struct Request {
+    std::size_t first;  // into order
+    std::size_t count;
+  };
+  std::vector<Request> requests;
+  for (std::size_t k = 0; k < order.size();) {
+    std::size_t m = 1;
+    while (k + m < order.size() && m < static_cast<std::size_t>(join_) &&
+           reads[order[k + m]].page == reads[order[k + m - 1]].page + 1)
+      ++m;
+    requests.push_back({k, m});
+    k += m;
+  }
+  std::vector<iovec> iov(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k) iov[k] = {reads[order[k]].data, page_bytes};
+  // a joined request that fails is read again page by page, so that only the pages that
+  // cannot be read are reported (a file cut short inside the run fails its last pages only)
+  const auto fail_request = [&](const Request& r, int err) {
+    if (r.count == 1) {
+      errors[order[r.first]] = err;
+      return;
+    }
+    for (std::size_t k = r.first; k < r.first + r.count; ++k)
+      read_one_at_a_time(Span<const Read>(&reads[order[k]], 1), Span<int>(&errors[order[k]], 1));
+  };
+
+  std::vector<iocb> cbs(static_cast<std::size_t>(depth_));
+  std::vector<iocb*> cb_ptrs(static_cast<std::size_t>(depth_));
+  std::vector<io_event> events(static_cast<std::size_t>(depth_));
+  for (std::size_t start = 0; start < requests.size(); start += static_cast<std::size_t>(depth_)) {
+    const std::size_t n = std::min(requests.size() - start, static_cast<std::size_t>(depth_));
+    for (std::size_t j = 0; j < n; ++j) {
+      const Request& r = requests[start + j];
+      iocb& cb = cbs[j];
+      cb = iocb{};
+      cb.aio_data = start + j;
+      cb.aio_lio_opcode = IOCB_CMD_PREADV;
+      cb.aio_fildes = static_cast<std::uint32_t>(file_.fd());
+      cb.aio_buf = reinterpret_cast<std::uint64_t>(&iov[r.first]);
+      cb.aio_nbytes = r.count;
+      cb.aio_offset = static_cast<std::int64_t>(reads[order[r.first]].page) * static_cast<std::int64_t>(page_bytes);
+      cb_ptrs[j] = &cb;
+    }
+    // io_submit may take fewer than asked (a full device queue): what it refused goes again
+    // once some of what it took has completed
+    std::size_t submitted = 0, done = 0, last = n;
+    while (done < last) {
+      if (submitted < last) {
+        const long got = aio_submit(context_, static_cast<long>(last - submitted), &cb_ptrs[submitted]);
+        if (got > 0) submitted += static_cast<std::size_t>(got);
+        const bool retry = got >= 0 || errno == EINTR || (errno == EAGAIN && submitted > done);
+        if (!retry) {  // none of the rest can go: each fails, and none of them is in flight
+          const int err = got < 0 ? errno : EAGAIN;
+          for (std::size_t j = submitted; j < last; ++j) fail_request(requests[start + j], err);
+          last = submitted;
+          continue;
+        }
+        if (submitted == done) continue;  // nothing in flight to wait for
+      }
+      // all that is in flight at once: one wake of this thread a batch, not one a page
+      const auto in_flight = static_cast<long>(submitted - done);
+      const long got = aio_getevents(context_, in_flight, in_flight, events.data());
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        // the context is unusable and requests may still write into the frames: the only
+        // safe way out is to stop here, which never happens short of a kernel bug
+        throw std::system_error(errno, std::generic_category(), "io_getevents");
+      }
+      for (long e = 0; e < got; ++e) {
+        const Request& r = requests[static_cast<std::size_t>(events[static_cast<std::size_t>(e)].data)];
+        const long long res = events[static_cast<std::size_t>(e)].res;
+        if (res < 0) {
+          fail_request(r, static_cast<int>(-res));
+        } else if (static_cast<std::size_t>(res) != r.count * page_bytes) {
+          fail_request(r, EIO);  // short: the file ends early
+        }
+      }
+      done += static_cast<std::size_t>(got);
+    }
+  }
+}
+
+}  // namespace gravpipe
