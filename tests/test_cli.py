@@ -64,7 +64,7 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     # the scratch is named for what it is, and the walk prefetches only from a device
     assert row["io_mode"] in ("direct", "buffered") and isinstance(row["scratch_in_memory"], bool)
     assert row["walk_prefetch_runs"] == (0 if row["scratch_in_memory"] else 4)
-    assert row["walk_prefetch_reads"].startswith(("Linux AIO, 16 deep", "one pread at a time ("))
+    assert row["walk_prefetch_reads"].startswith(("Linux AIO, 16 deep", "one page at a time ("))
     assert ("in memory (tmpfs)" if row["scratch_in_memory"] else "on a device: the walk prefetches 4") in r.stdout
 
 

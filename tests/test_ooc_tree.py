@@ -798,8 +798,8 @@ def test_a_full_disk_while_the_walk_writes_the_next_sorts_runs(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "FIRST False True" in r.stdout, r.stdout  # the first walk made runs for the second sort
-    # the error comes from the second walk (a compute thread evicting a run's page), or, when
-    # only the worker met it, from the third step's sort making its own runs
+    # the error comes from the second walk (its worker writing a run's pages straight to the
+    # file), or from the third step's sort making its own runs
     assert "STEPS []" in r.stdout or "STEPS [True]" in r.stdout, r.stdout
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("ERROR")), None)
     assert line is not None, r.stdout

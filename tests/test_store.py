@@ -272,9 +272,9 @@ def test_pages_prefetched_together_hold_their_bytes_and_a_corrupt_one_is_left_to
         s.evict_all()
         s.reset_stats()
         if s.io_mode == "direct":
-            assert s.batched_reads.startswith(("Linux AIO, 16 deep", "one pread at a time (io_setup refused"))
+            assert s.batched_reads.startswith(("Linux AIO, 16 deep", "one page at a time (io_setup refused"))
         else:
-            assert s.batched_reads.startswith("one pread at a time (the file is buffered")
+            assert s.batched_reads.startswith("one page at a time (the file is buffered")
         # vel's x and y of particles 0..4095 (runs of 8 neighbouring pages), and scattered z pages
         pages = [s.page_of("vel", c, 512 * k) for c in (0, 1) for k in range(8)]
         pages += [s.page_of("vel", 2, 512 * k) for k in (1, 5, 9, 30)]

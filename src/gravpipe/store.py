@@ -280,7 +280,7 @@ class ParticleStore:
     @property
     def batched_reads(self) -> str:
         """How batched page loads (the walk's prefetch, :meth:`prefetch`) reach the file:
-        "Linux AIO, 16 deep" on a direct-I/O file, else "one pread at a time (why)"."""
+        "Linux AIO, 16 deep" on a direct-I/O file, else "one page at a time (why)"."""
         return str(self._core.batched_reads)
 
     @property

@@ -36,4 +36,26 @@ class AlignedBuffer {
   std::size_t size_ = 0;
 };
 
+/// An allocator whose blocks start on an AlignedBuffer::kAlignment boundary: a
+/// std::vector<T, PageAlignedAllocator<T>> whose whole pages can go to an O_DIRECT file from
+/// where they lie (the external sort's permuted columns).
+template <class T>
+struct PageAlignedAllocator {
+  using value_type = T;
+  PageAlignedAllocator() = default;
+  template <class U>
+  PageAlignedAllocator(const PageAlignedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    const std::size_t k = AlignedBuffer::kAlignment, bytes = (n * sizeof(T) + k - 1) / k * k;
+    void* p = std::aligned_alloc(k, bytes == 0 ? k : bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  template <class U>
+  bool operator==(const PageAlignedAllocator<U>&) const noexcept { return true; }
+  template <class U>
+  bool operator!=(const PageAlignedAllocator<U>&) const noexcept { return false; }
+};
+
 }  // namespace gravpipe

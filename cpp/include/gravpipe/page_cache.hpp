@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gravpipe/aligned_buffer.hpp"
-#include "gravpipe/batched_page_reads.hpp"
+#include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_file.hpp"
 #include "gravpipe/span.hpp"
@@ -77,7 +77,17 @@ class PageCache {
   /// the file together through `reads` (several in flight, neighbours joined). A page whose
   /// read or checksum fails is left absent: the pin that wants it reads it again and raises
   /// the error there. Returns how many failed (reads, checksums, write-backs of victims).
-  std::int64_t prefetch_many(Span<const std::int64_t> pages, BatchedPageReads& reads);
+  std::int64_t prefetch_many(Span<const std::int64_t> pages, BatchedPageIo& reads);
+  /// Pages whose every byte the caller replaces, straight to the file through `io` (several
+  /// writes in flight, neighbours joined), past the frames: a copy in memory is dropped
+  /// (waiting for one being loaded or written back), and no frame is taken, so that a stream
+  /// of pages written once and read much later (the next sort's runs, made during the walk)
+  /// neither evicts the pages in use nor leaves dirty frames for their readers to write back.
+  /// No page may be pinned (std::logic_error), nor read or written by anyone else meanwhile.
+  /// A page whose write fails keeps no bytes: a later read of it raises StoreError, and this
+  /// call throws StoreError naming the first such page and why (ENOSPC: the disk is full),
+  /// after recording the others.
+  void write_through(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io);
   /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
   /// before reading any back (a tree evaluation's results). Their bytes are never read from
   /// the file again nor written back: resident copies are dropped (clean or dirty; pinned
@@ -141,7 +151,10 @@ class PageCache {
   AlignedBuffer memory_;                 // frames x page_bytes
   std::vector<Frame> frames_;
   std::vector<std::uint32_t> crc_;       // per page: CRC32C at its last write-back
-  std::vector<std::uint8_t> written_;    // per page: ever written to the file
+  /// written_ per page: never stored (reads as zeros), stored (with crc_), or its last write
+  /// through failed (reads raise StoreError: the file holds no valid bytes of it)
+  static constexpr std::uint8_t kNotStored = 0, kStored = 1, kWriteFailed = 2;
+  std::vector<std::uint8_t> written_;
   std::unordered_map<std::int64_t, int> table_;  // resident (or busy) page -> frame
   std::unique_ptr<EvictionPolicy> policy_;
   StoreCounters counters_;

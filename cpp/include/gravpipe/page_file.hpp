@@ -42,6 +42,12 @@ class PageFile {
   void read(std::int64_t page, Span<unsigned char> buf) const;
   /// buf (page_bytes, aligned) to page `page`. Thread-safe for distinct pages (pwrite).
   void write(std::int64_t page, Span<const unsigned char> buf) const;
+  /// read() and write() that return the errno which stopped them instead of throwing (0:
+  /// done; ENODATA: the file ends early; ENOSPC also for a write that makes no progress).
+  int try_read(std::int64_t page, Span<unsigned char> buf) const noexcept;
+  int try_write(std::int64_t page, Span<const unsigned char> buf) const noexcept;
+  /// A StoreError naming the file, the page and the reason for errno `err`.
+  [[noreturn]] void fail(const char* verb, std::int64_t page, int err) const;
 
   const std::string& path() const { return path_; }
   std::size_t page_bytes() const { return page_bytes_; }
@@ -53,14 +59,13 @@ class PageFile {
   /// Whether the file lies in memory (tmpfs or ramfs, such as /dev/shm): a load is a copy
   /// of ~10 us there, with no device latency for read-ahead to hide.
   bool in_memory() const { return in_memory_; }
-  /// The open descriptor, for readers that batch their requests (BatchedPageReads): the
+  /// The open descriptor, for readers that batch their requests (BatchedPageIo): the
   /// file stays its owner.
   int fd() const { return fd_; }
 
  private:
   void open_direct_or_fall_back(IoMode requested);
   void use_buffered();
-  [[noreturn]] void fail(const char* verb, std::int64_t page, int err) const;
   std::string path_;
   std::size_t page_bytes_;
   int fd_ = -1;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "gravpipe/batched_page_reads.hpp"
+#include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
@@ -99,6 +99,14 @@ class ParticleStore {
                    bool read_ahead = true);
   void write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                     const void* values);
+  /// write_column() for a stream written once and read much later: the pages the range
+  /// covers whole go straight to the file through `io` from where they lie in `values`
+  /// (PageCache::write_through: no frame taken, none left dirty), when they lie at
+  /// AlignedBuffer::kAlignment boundaries there (PageAlignedAllocator); the partial pages at
+  /// the range's ends, a column that shares its pages with others (a page group), and values
+  /// not so aligned go through the cache as write_column() does.
+  void write_column_through(const std::string& field, int component, std::int64_t begin, std::int64_t count,
+                            const void* values, BatchedPageIo& io);
   /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
   /// that lie inside one page straight from its frame while the handle lives.
   PageHandle pin(std::int64_t page) { return cache_->pin(page, PageCache::Access::Read); }
@@ -123,10 +131,10 @@ class ParticleStore {
   /// loaded; I/O errors propagate.
   bool prefetch(std::int64_t page) { return cache_->prefetch(page); }
   /// prefetch() of many pages, their reads in flight together (PageCache::prefetch_many
-  /// through a BatchedPageReads of this call). Returns the loads that failed (the reader's
+  /// through a BatchedPageIo of this call). Returns the loads that failed (the reader's
   /// own pin of such a page reports why).
   std::int64_t prefetch_pages(Span<const std::int64_t> pages);
-  /// How batched loads reach the file: "Linux AIO, N deep", or "one pread at a time (why)".
+  /// How batched loads reach the file: "Linux AIO, N deep", or "one page at a time (why)".
   std::string batched_reads() const;
   /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
   void hint(std::int64_t page) { read_ahead_->hint(page); }

@@ -33,7 +33,9 @@ class WalkRuns {
   /// the walk's threads.
   void kicked(std::int64_t begin, std::int64_t n);
   /// Waits for the worker. The runs when every one was written; none when a range was never
-  /// kicked (a force not finite) or a run failed (its error is the sort's to meet again).
+  /// kicked (a force not finite). Rethrows the first error a run's write met (a full disk:
+  /// StoreError naming the page): its whole pages went straight to the file, past the cache
+  /// (PageCache::write_through), so no later eviction or flush would meet it again.
   std::optional<PresortedRuns> finish();
 
  private:
@@ -46,6 +48,7 @@ class WalkRuns {
   std::deque<std::int64_t> ready_;  // runs whose every particle is kicked
   std::int64_t written_ = 0;
   bool stop_ = false, failed_ = false;
+  std::exception_ptr error_;  // the first a run's write threw
   std::thread worker_;  // last: starts after everything it uses exists
 };
 

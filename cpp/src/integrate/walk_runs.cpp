@@ -45,15 +45,16 @@ void WalkRuns::serve() {
     ready_.pop_front();
     if (failed_) continue;
     lock.unlock();
-    bool ok = true;
+    std::exception_ptr error;
     try {
       writer_.write(k);
-    } catch (...) {  // the sort makes its own runs and meets the error itself
-      ok = false;
+    } catch (...) {  // finish() raises it: the run's pages went straight to the file, so no
+      error = std::current_exception();  // eviction or flush would ever meet it again
     }
     lock.lock();
-    failed_ = failed_ || !ok;
-    written_ += ok;
+    if (error && !error_) error_ = error;
+    failed_ = failed_ || error;
+    written_ += !error;
   }
 }
 
@@ -64,6 +65,7 @@ std::optional<PresortedRuns> WalkRuns::finish() {
   }
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
+  if (error_) std::rethrow_exception(error_);
   if (failed_ || written_ != static_cast<std::int64_t>(left_.size())) return std::nullopt;
   return writer_.result();
 }

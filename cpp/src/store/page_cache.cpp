@@ -213,7 +213,7 @@ void PageCache::drop_claim(const Claim& c) {
 // With the lock held: the claimed page's bytes are in its frame (read when `was_read`).
 void PageCache::complete_claim(const Claim& c, Access access, bool was_read) {
   Frame& fr = frames_[static_cast<std::size_t>(c.frame)];
-  if (was_read && written_[static_cast<std::size_t>(c.page)] != 0) {
+  if (was_read && written_[static_cast<std::size_t>(c.page)] == kStored) {
     ++counters_.pages_read;
     counters_.bytes_read += static_cast<std::int64_t>(page_bytes_);
     ++counters_.checksum_checks;
@@ -231,7 +231,7 @@ void PageCache::complete_claim(const Claim& c, Access access, bool was_read) {
   changed_.notify_all();
 }
 
-std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPageReads& reads) {
+std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPageIo& reads) {
   std::vector<Claim> claims;
   std::int64_t failed = 0;
   {
@@ -257,20 +257,23 @@ std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPag
     }
   }
   // unwritten pages read as zeros; the others come from the file all at once
-  std::vector<BatchedPageReads::Read> to_read;
+  std::vector<BatchedPageIo::Page> to_read;
   std::vector<std::size_t> read_claim;
+  std::vector<std::uint8_t> good(claims.size(), 1);
   for (std::size_t k = 0; k < claims.size(); ++k) {
     unsigned char* data = frame_data(claims[k].frame);
-    if (written_[static_cast<std::size_t>(claims[k].page)] == 0) {
+    const std::uint8_t state = written_[static_cast<std::size_t>(claims[k].page)];
+    if (state == kNotStored) {
       std::memset(data, 0, page_bytes_);
+    } else if (state == kWriteFailed) {
+      good[k] = 0;  // the pin that wants it raises the error
     } else {
       to_read.push_back({claims[k].page, data});
       read_claim.push_back(k);
     }
   }
   std::vector<int> errors(to_read.size());
-  reads.read(Span<const BatchedPageReads::Read>(to_read.data(), to_read.size()), Span<int>(errors.data(), errors.size()));
-  std::vector<std::uint8_t> good(claims.size(), 1);
+  reads.read(Span<const BatchedPageIo::Page>(to_read.data(), to_read.size()), Span<int>(errors.data(), errors.size()));
   for (std::size_t r = 0; r < to_read.size(); ++r) {
     // a failed read or a bad checksum leaves the page out: the pin that wants it reads it
     // again and raises the error, naming the page, in the thread that needs the data
@@ -305,14 +308,76 @@ void PageCache::write_back(std::int64_t page, const unsigned char* data) {
   // Recorded only after the whole page reached the file: a failed or partial write leaves
   // the old checksum, so a torn page is reported as corrupt, never read as data.
   crc_[static_cast<std::size_t>(page)] = crc;
-  written_[static_cast<std::size_t>(page)] = 1;
+  written_[static_cast<std::size_t>(page)] = kStored;
+}
+
+void PageCache::write_through(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io) {
+  std::vector<std::uint32_t> crcs(pages.size());
+  for (std::size_t k = 0; k < pages.size(); ++k) {
+    if (pages[k].page < 0 || pages[k].page >= pages_)
+      throw InputError("page cache: write-through of page " + std::to_string(pages[k].page) + " outside [0, " +
+                       std::to_string(pages_) + ")");
+    crcs[k] = crc32c(Span<const unsigned char>(pages[k].data, page_bytes_));
+  }
+  {
+    // the pages' bytes are replaced whole: a copy in memory, clean or dirty, is dropped
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (const BatchedPageIo::Page& p : pages) {
+      for (;;) {
+        const auto it = table_.find(p.page);
+        if (it == table_.end()) break;
+        Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+        if (fr.state == State::Busy) {  // its load or its frame's write-back must finish first
+          changed_.wait(lock);
+          continue;
+        }
+        if (fr.pins > 0)
+          throw std::logic_error("page cache: write-through of " + describe(p.page) + ", which is pinned");
+        table_.erase(it);
+        if (fr.prefetched) --prefetched_unused_;
+        fr = Frame{};
+        changed_.notify_all();
+        break;
+      }
+    }
+  }
+  std::vector<int> errors(pages.size());
+  io.write(pages, Span<int>(errors.data(), errors.size()));
+  std::int64_t failed = -1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t k = 0; k < pages.size(); ++k) {
+      const auto page = static_cast<std::size_t>(pages[k].page);
+      if (errors[k] != 0) {  // whatever the file holds there now is not these bytes
+        written_[page] = kWriteFailed;
+        if (failed < 0) failed = static_cast<std::int64_t>(k);
+        continue;
+      }
+      crc_[page] = crcs[k];
+      written_[page] = kStored;
+      ++counters_.pages_written;
+      counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
+    }
+  }
+  if (failed < 0) return;
+  const BatchedPageIo::Page& bad = pages[static_cast<std::size_t>(failed)];
+  try {
+    file_.fail("writing", bad.page, errors[static_cast<std::size_t>(failed)]);
+  } catch (const StoreError& e) {  // the file knows the page's number; the store knows what it holds
+    throw StoreError(std::string(e.what()) + " [" + describe(bad.page) + "]", e.path(), e.page());
+  }
 }
 
 void PageCache::read_in(std::int64_t page, unsigned char* data) {
-  if (written_[static_cast<std::size_t>(page)] == 0) {  // never stored: zeros, as a new file
+  const std::uint8_t state = written_[static_cast<std::size_t>(page)];
+  if (state == kNotStored) {  // never stored: zeros, as a new file
     std::memset(data, 0, page_bytes_);
     return;
   }
+  if (state == kWriteFailed)
+    throw StoreError("scratch file " + file_.path() + ": " + describe(page) +
+                         " cannot be read: its last write failed, so its bytes never reached the file",
+                     file_.path(), page);
   file_.read(page, Span<unsigned char>(data, page_bytes_));
   if (!crc_matches(page, data)) {
     const std::uint32_t got = crc32c(Span<const unsigned char>(data, page_bytes_));
@@ -390,7 +455,7 @@ void PageCache::discard(std::int64_t first, std::int64_t count) {
     }
     // not mapped: no I/O of it is in flight (a busy page stays mapped), so its flag is ours.
     // Cleared, the page reads as zeros (read_in) and counts no bytes read.
-    if (table_.find(page) == table_.end()) written_[static_cast<std::size_t>(page)] = 0;
+    if (table_.find(page) == table_.end()) written_[static_cast<std::size_t>(page)] = kNotStored;
   }
 }
 

@@ -25,6 +25,7 @@ std::string errno_text(int err) {
     case EDQUOT: return text + " (EDQUOT): the disk quota is used up; free space or name another scratch directory";
     case EFBIG: return text + " (EFBIG): the file size limit (ulimit -f) or the file system's largest file is reached";
     case EIO: return text + " (EIO): the device reported an I/O error";
+    case ENODATA: return "the file ends early (truncated by someone else?)";
     default: return text;
   }
 }
@@ -143,30 +144,28 @@ void PageFile::fail(const char* verb, std::int64_t page, int err) const {
                    path_, page);
 }
 
-void PageFile::read(std::int64_t page, Span<unsigned char> buf) const {
+int PageFile::try_read(std::int64_t page, Span<unsigned char> buf) const noexcept {
   const off_t offset = static_cast<off_t>(page) * static_cast<off_t>(page_bytes_);
   std::size_t done = 0;
   while (done < page_bytes_) {
     const ssize_t got = ::pread(fd_, buf.data() + done, page_bytes_ - done, offset + static_cast<off_t>(done));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail("reading", page, errno);
-    if (got == 0)
-      throw StoreError("scratch file " + path_ + ": reading page " + std::to_string(page) +
-                           " failed: the file ends early (truncated by someone else?)",
-                       path_, page);
+    if (got < 0) return errno;
+    if (got == 0) return ENODATA;  // the file ends early
     done += static_cast<std::size_t>(got);
   }
   if (mode_ == IoMode::Buffered) ::posix_fadvise(fd_, offset, static_cast<off_t>(page_bytes_), POSIX_FADV_DONTNEED);
+  return 0;
 }
 
-void PageFile::write(std::int64_t page, Span<const unsigned char> buf) const {
+int PageFile::try_write(std::int64_t page, Span<const unsigned char> buf) const noexcept {
   const off_t offset = static_cast<off_t>(page) * static_cast<off_t>(page_bytes_);
   std::size_t done = 0;
   while (done < page_bytes_) {
     const ssize_t put = ::pwrite(fd_, buf.data() + done, page_bytes_ - done, offset + static_cast<off_t>(done));
     if (put < 0 && errno == EINTR) continue;
-    if (put < 0) fail("writing", page, errno);
-    if (put == 0) fail("writing", page, ENOSPC);  // no progress and no error: treat as full
+    if (put < 0) return errno;
+    if (put == 0) return ENOSPC;  // no progress and no error: treat as full
     done += static_cast<std::size_t>(put);
   }
   if (mode_ == IoMode::Buffered) {
@@ -175,9 +174,18 @@ void PageFile::write(std::int64_t page, Span<const unsigned char> buf) const {
     const auto len = static_cast<off_t>(page_bytes_);
     if (::sync_file_range(fd_, offset, len,
                           SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0)
-      fail("syncing", page, errno);
+      return errno;
     ::posix_fadvise(fd_, offset, len, POSIX_FADV_DONTNEED);
   }
+  return 0;
+}
+
+void PageFile::read(std::int64_t page, Span<unsigned char> buf) const {
+  if (const int err = try_read(page, buf); err != 0) fail("reading", page, err);
+}
+
+void PageFile::write(std::int64_t page, Span<const unsigned char> buf) const {
+  if (const int err = try_write(page, buf); err != 0) fail("writing", page, err);
 }
 
 }  // namespace gravpipe

@@ -317,6 +317,31 @@ void ParticleStore::write_column(const std::string& field, int component, std::i
   copy_column<true>(col + component, begin, count, bytes, 1, false);
 }
 
+void ParticleStore::write_column_through(const std::string& field, int component, std::int64_t begin,
+                                         std::int64_t count, const void* values, BatchedPageIo& io) {
+  const std::int64_t col = first_column(field);
+  if (component < 0 || component >= this->field(field).components)
+    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
+  check_range(field, begin, count);
+  const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col + component)].stripe];
+  const std::int64_t per = stripe.per_page, end = begin + count;
+  const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
+  auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from
+  unsigned char* whole = bytes + (first * per - begin) * kElementBytes;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(whole) % AlignedBuffer::kAlignment == 0;
+  if (stripe.width > 1 || first >= stop || !aligned) {
+    write_column(field, component, begin, count, values);
+    return;
+  }
+  if (first * per > begin) write_column(field, component, begin, first * per - begin, values);
+  std::vector<BatchedPageIo::Page> pages;
+  pages.reserve(static_cast<std::size_t>(stop - first));
+  for (std::int64_t p = first; p < stop; ++p)
+    pages.push_back({stripe.base + p, whole + static_cast<std::size_t>(p - first) * page_bytes()});
+  cache_->write_through(Span<const BatchedPageIo::Page>(pages.data(), pages.size()), io);
+  if (stop * per < end) write_column(field, component, stop * per, end - stop * per, whole + (stop - first) * page_bytes());
+}
+
 void ParticleStore::discard_fields(const std::vector<std::string>& fields) {
   std::vector<std::uint8_t> listed(columns_.size(), 0);
   for (const std::string& f : fields) {
@@ -349,11 +374,11 @@ void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int6
 }
 
 std::int64_t ParticleStore::prefetch_pages(Span<const std::int64_t> pages) {
-  BatchedPageReads reads(*file_, kBatchedReadDepth);
+  BatchedPageIo reads(*file_, kBatchedReadDepth);
   return cache_->prefetch_many(pages, reads);
 }
 
-std::string ParticleStore::batched_reads() const { return BatchedPageReads(*file_, kBatchedReadDepth).how(); }
+std::string ParticleStore::batched_reads() const { return BatchedPageIo(*file_, kBatchedReadDepth).how(); }
 
 void ParticleStore::flush() { cache_->flush(); }
 

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "gravpipe/aligned_buffer.hpp"
+#include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/leapfrog_element.hpp"
 #include "gravpipe/memory_budget.hpp"
@@ -31,6 +33,7 @@ constexpr std::uint64_t kKickDriftRunBytesPerParticle = kRunBytesPerParticle + 3
 // velocities and a column of accelerations (32)
 constexpr std::uint64_t kSecondLoadBytes = 32, kSecondLoadKickDriftBytes = 32 + 32;
 constexpr std::int64_t kMaxRuns = 65535;       // the run of each output particle in 2 bytes
+constexpr int kWriteThroughDepth = 16;         // whole twin pages written at once
 constexpr std::int64_t kChunk = 1 << 16;       // output particles per merge / permute chunk
 // No read-ahead for the runs, the merge and the permute: they read slices of many ranges in
 // turn (the loader thread already overlaps the runs' reads), and hints past each slice loaded
@@ -139,7 +142,9 @@ struct LoadedRun {
 
 /// The sort's own scratch for one run.
 struct RunScratch {
-  std::vector<std::int64_t> local, in, out;
+  std::vector<std::int64_t> local, in;
+  /// a permuted column on its way out: aligned, so that its whole pages go to the file from here
+  std::vector<std::int64_t, PageAlignedAllocator<std::int64_t>> out;
 };
 
 /// Read run [r.b, r.b + r.n)'s positions (unless `pos_loaded`: the bounds pass left them in
@@ -167,16 +172,35 @@ void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, Loade
   for (std::int64_t k = 0; k < n; ++k) r.drifted.add(&r.pos[3 * k]);
 }
 
+/// Where a run's permuted columns go (field, component, first particle, count, values).
+using ColumnWriter = std::function<void(const std::string&, int, std::int64_t, std::int64_t, const void*)>;
+
+/// ParticleStore::write_column: through the cache.
+ColumnWriter through_the_cache(ParticleStore& s) {
+  return [&s](const std::string& f, int comp, std::int64_t b, std::int64_t n, const void* v) {
+    s.write_column(f, comp, b, n, v);
+  };
+}
+
+/// ParticleStore::write_column_through: whole pages straight to the file through `io`, for
+/// the twins (written once, read by the merge after every run is written).
+ColumnWriter straight_to_the_file(ParticleStore& s, BatchedPageIo& io) {
+  return [&s, &io](const std::string& f, int comp, std::int64_t b, std::int64_t n, const void* v) {
+    s.write_column_through(f, comp, b, n, v, io);
+  };
+}
+
 /// Sort the loaded run [b, b + n) by (key, index) and write every carried field, key and
-/// index permuted to the fields named by `to` (the twins, or the fields themselves for one
-/// run). Positions (and kicked velocities) come from the run's buffers, the rest is read.
+/// index permuted, through `write`, to the fields named by `to` (the twins, or the fields
+/// themselves for one run). Positions (and kicked velocities) come from the run's buffers,
+/// the rest is read.
 void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, bool to_twin, const LoadedRun& r,
-              RunScratch& w) {
+              RunScratch& w, const ColumnWriter& write) {
   const std::int64_t b = r.b, n = r.n;
   std::vector<std::uint64_t> keys = curve_keys({r.pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
   std::vector<std::int64_t>& local = w.local;
   std::vector<std::int64_t>& in = w.in;
-  std::vector<std::int64_t>& out = w.out;
+  auto& out = w.out;
   s.read_column("index", 0, b, n, in.data(), kReadAhead);
   // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
   // caller (index) order, which the store order need not be after a drift
@@ -192,9 +216,9 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   }
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
   for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
-  s.write_column(name("key"), 0, b, n, out.data());
+  write(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
-  s.write_column(name("index"), 0, b, n, out.data());
+  write(name("index"), 0, b, n, out.data());
   if (c.id_from_index && !to_twin) write_ids(s, *c.id_from_index, b, n, out.data(), in.data());
   // positions, masses, and velocities a kick-drift changed, are in memory: permuted from there
   const auto held = [&](const std::string& f) -> const std::vector<double>* {
@@ -222,7 +246,7 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
         const std::int64_t m = std::min(chunk, n - k0);
         for (const auto& [f, comp] : set) {
           gather(f, comp, k0, m, out.data());
-          s.write_column(name(f), comp, b + k0, m, out.data());
+          write(name(f), comp, b + k0, m, out.data());
         }
       }
       continue;
@@ -234,7 +258,7 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
         s.read_column(f, comp, b, n, in.data(), kReadAhead);
         for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
       }
-      s.write_column(name(f), comp, b, n, out.data());
+      write(name(f), comp, b, n, out.data());
     }
   }
 }
@@ -401,6 +425,7 @@ struct SortRunWriter::Buffers {
   LoadedRun loaded;
   RunScratch scratch;
   Reservation charge;
+  std::unique_ptr<BatchedPageIo> io;  // the worker's writes of the twins' whole pages
 };
 
 std::uint64_t SortRunWriter::budget_bytes(std::int64_t run) {
@@ -419,6 +444,7 @@ SortRunWriter::SortRunWriter(ParticleStore& s, const StoreSortConfig& c, std::in
   s_.discard_fields(twins);
   b_->loaded.size_for(run_, true);
   b_->scratch.in.resize(static_cast<std::size_t>(run_)), b_->scratch.out.resize(static_cast<std::size_t>(run_));
+  b_->io = std::make_unique<BatchedPageIo>(s_.file(), kWriteThroughDepth);
 }
 
 SortRunWriter::~SortRunWriter() = default;
@@ -429,7 +455,9 @@ void SortRunWriter::write(std::int64_t k) {
   LoadedRun& r = b_->loaded;
   r.b = k * run_, r.n = std::min(run_, s_.size() - r.b);
   load_run(s_, c_, false, r);
-  sort_run(s_, c_, frame_, true, r, b_->scratch);
+  // the twins' whole pages straight to the file: read only by the next sort, they would
+  // pass through the walk's frames and leave them dirty for the walk's threads to write back
+  sort_run(s_, c_, frame_, true, r, b_->scratch, straight_to_the_file(s_, *b_->io));
 }
 
 PresortedRuns SortRunWriter::result() const {
@@ -480,6 +508,8 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     read += now.bytes_read - at.bytes_read, written += now.bytes_written - at.bytes_written;
     at = now;
   };
+  BatchedPageIo io(s.file(), kWriteThroughDepth);
+  const ColumnWriter to_twins = straight_to_the_file(s, io);
   LoadedRun loaded[2];
   loaded[0].size_for(run, kick_drift);
   if (overlap) loaded[1].size_for(run, kick_drift);
@@ -506,7 +536,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     for (std::int64_t k = 0; k < k_runs; ++k) {
       load(k, loaded[0]);
       if (kick_drift && k_runs == 1) st.frame = frame_of(c, loaded[0].drifted);  // every position is in memory
-      sort_run(s, c, st.frame, k_runs > 1, loaded[0], w);
+      sort_run(s, c, st.frame, k_runs > 1, loaded[0], w, k_runs > 1 ? to_twins : through_the_cache(s));
     }
   } else {
     // the next run's reads (and kick-drift) on a loader thread while this one is sorted and
@@ -515,7 +545,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     for (std::int64_t k = 0; k < k_runs; ++k) {
       loading.get();  // rethrows the loader's error
       if (k + 1 < k_runs) loading = std::async(std::launch::async, load, k + 1, std::ref(loaded[(k + 1) % 2]));
-      sort_run(s, c, st.frame, true, loaded[k % 2], w);
+      sort_run(s, c, st.frame, true, loaded[k % 2], w, to_twins);
     }
   }
   AxisBounds drifted = loaded[0].drifted;

@@ -4,7 +4,7 @@
 // compute thread (the footprint walk: the same MAC, only the opened leaves kept) and loads
 // those pages (x, y, z, m) into the cache unpinned, so that the compute threads find them
 // there instead of stalling on a synchronous read. The loads go kBatchPages pages at a time,
-// their reads in flight together (BatchedPageReads: Linux AIO on the O_DIRECT file, for one
+// their reads in flight together (BatchedPageIo: Linux AIO on the O_DIRECT file, for one
 // wake of the thread a batch instead of one a page). Internal to src/tree.
 //
 // Only I/O moves: no particle value, list or sum depends on whether a page came in ahead or
@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "gravpipe/batched_page_reads.hpp"
+#include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
@@ -112,7 +112,7 @@ class WalkPrefetch {
   /// in flight at once (BENCHMARKS.md, session 16).
   static constexpr std::size_t kBatchPages = 8;
   static constexpr int kReadDepth = 16;
-  BatchedPageReads reads_;             // the prefetch thread's alone
+  BatchedPageIo reads_;             // the prefetch thread's alone
   bool stop_ = false;
   std::int64_t planned_ = 0, skipped_ = 0, failures_ = 0;
   std::thread thread_;  // last: starts after everything it uses exists

@@ -1,5 +1,5 @@
-// Batched page reads through Linux native AIO (batched_page_reads.hpp).
-#include "gravpipe/batched_page_reads.hpp"
+// Batched page reads and writes through Linux native AIO (batched_page_io.hpp).
+#include "gravpipe/batched_page_io.hpp"
 
 #include <linux/aio_abi.h>
 #include <sys/syscall.h>
@@ -30,51 +30,50 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 
 }  // namespace
 
-BatchedPageReads::BatchedPageReads(const PageFile& file, int depth, int join)
+BatchedPageIo::BatchedPageIo(const PageFile& file, int depth, int join)
     : file_(file), depth_(std::max(depth, 1)), join_(std::max(join, 1)) {
   if (file_.mode() != IoMode::Direct) {
-    how_ = "one pread at a time (the file is buffered: AIO would block in io_submit)";
+    how_ = "one page at a time (the file is buffered: AIO would block in io_submit)";
     return;
   }
   aio_context_t ctx = 0;
   if (aio_setup(static_cast<unsigned>(depth_), &ctx) != 0) {
-    how_ = "one pread at a time (io_setup refused: " + errno_text(errno) + ")";
+    how_ = "one page at a time (io_setup refused: " + errno_text(errno) + ")";
     return;
   }
   context_ = ctx;
   how_ = "Linux AIO, " + std::to_string(depth_) + " deep";
 }
 
-BatchedPageReads::~BatchedPageReads() {
+BatchedPageIo::~BatchedPageIo() {
   if (context_ != 0) aio_destroy(context_);
 }
 
-void BatchedPageReads::read(Span<const Read> reads, Span<int> errors) {
-  if (errors.size() != reads.size()) throw std::logic_error("batched page reads: one error slot per read needed");
+void BatchedPageIo::read(Span<const Page> pages, Span<int> errors) {
+  if (errors.size() != pages.size()) throw std::logic_error("batched page I/O: one error slot per page needed");
   std::fill(errors.begin(), errors.end(), 0);
-  if (context_ == 0) {
-    read_one_at_a_time(reads, errors);
-  } else {
-    read_batched(reads, errors);
-  }
+  context_ == 0 ? one_at_a_time(false, pages, errors) : batched(false, pages, errors);
 }
 
-void BatchedPageReads::read_one_at_a_time(Span<const Read> reads, Span<int> errors) const {
-  for (std::size_t k = 0; k < reads.size(); ++k) {
-    try {
-      file_.read(reads[k].page, Span<unsigned char>(reads[k].data, file_.page_bytes()));
-    } catch (const StoreError&) {  // the caller's own read of the page later says why
-      errors[k] = EIO;
-    }
-  }
+void BatchedPageIo::write(Span<const Page> pages, Span<int> errors) {
+  if (errors.size() != pages.size()) throw std::logic_error("batched page I/O: one error slot per page needed");
+  std::fill(errors.begin(), errors.end(), 0);
+  context_ == 0 ? one_at_a_time(true, pages, errors) : batched(true, pages, errors);
 }
 
-void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
+void BatchedPageIo::one_at_a_time(bool write, Span<const Page> pages, Span<int> errors) const {
+  const std::size_t bytes = file_.page_bytes();
+  for (std::size_t k = 0; k < pages.size(); ++k)
+    errors[k] = write ? file_.try_write(pages[k].page, Span<const unsigned char>(pages[k].data, bytes))
+                      : file_.try_read(pages[k].page, Span<unsigned char>(pages[k].data, bytes));
+}
+
+void BatchedPageIo::batched(bool write, Span<const Page> pages, Span<int> errors) {
   const std::size_t page_bytes = file_.page_bytes();
   // reads in file order, so that neighbours join into one request
-  std::vector<std::size_t> order(reads.size());
+  std::vector<std::size_t> order(pages.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return reads[a].page < reads[b].page; });
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return pages[a].page < pages[b].page; });
   struct Request {
     std::size_t first;  // into order
     std::size_t count;
@@ -83,22 +82,19 @@ void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
   for (std::size_t k = 0; k < order.size();) {
     std::size_t m = 1;
     while (k + m < order.size() && m < static_cast<std::size_t>(join_) &&
-           reads[order[k + m]].page == reads[order[k + m - 1]].page + 1)
+           pages[order[k + m]].page == pages[order[k + m - 1]].page + 1)
       ++m;
     requests.push_back({k, m});
     k += m;
   }
   std::vector<iovec> iov(order.size());
-  for (std::size_t k = 0; k < order.size(); ++k) iov[k] = {reads[order[k]].data, page_bytes};
-  // a joined request that fails is read again page by page, so that only the pages that
-  // cannot be read are reported (a file cut short inside the run fails its last pages only)
-  const auto fail_request = [&](const Request& r, int err) {
-    if (r.count == 1) {
-      errors[order[r.first]] = err;
-      return;
-    }
+  for (std::size_t k = 0; k < order.size(); ++k) iov[k] = {pages[order[k]].data, page_bytes};
+  // a request that fails or comes short is done again page by page, one at a time: only the
+  // pages that cannot be moved fail, each with the errno that says why (ENODATA: the file
+  // ends early; ENOSPC: the disk is full)
+  const auto redo_one_by_one = [&](const Request& r) {
     for (std::size_t k = r.first; k < r.first + r.count; ++k)
-      read_one_at_a_time(Span<const Read>(&reads[order[k]], 1), Span<int>(&errors[order[k]], 1));
+      one_at_a_time(write, Span<const Page>(&pages[order[k]], 1), Span<int>(&errors[order[k]], 1));
   };
 
   std::vector<iocb> cbs(static_cast<std::size_t>(depth_));
@@ -111,11 +107,11 @@ void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
       iocb& cb = cbs[j];
       cb = iocb{};
       cb.aio_data = start + j;
-      cb.aio_lio_opcode = IOCB_CMD_PREADV;
+      cb.aio_lio_opcode = write ? IOCB_CMD_PWRITEV : IOCB_CMD_PREADV;
       cb.aio_fildes = static_cast<std::uint32_t>(file_.fd());
       cb.aio_buf = reinterpret_cast<std::uint64_t>(&iov[r.first]);
       cb.aio_nbytes = r.count;
-      cb.aio_offset = static_cast<std::int64_t>(reads[order[r.first]].page) * static_cast<std::int64_t>(page_bytes);
+      cb.aio_offset = static_cast<std::int64_t>(pages[order[r.first]].page) * static_cast<std::int64_t>(page_bytes);
       cb_ptrs[j] = &cb;
     }
     // io_submit may take fewer than asked (a full device queue): what it refused goes again
@@ -126,9 +122,8 @@ void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
         const long got = aio_submit(context_, static_cast<long>(last - submitted), &cb_ptrs[submitted]);
         if (got > 0) submitted += static_cast<std::size_t>(got);
         const bool retry = got >= 0 || errno == EINTR || (errno == EAGAIN && submitted > done);
-        if (!retry) {  // none of the rest can go: each fails, and none of them is in flight
-          const int err = got < 0 ? errno : EAGAIN;
-          for (std::size_t j = submitted; j < last; ++j) fail_request(requests[start + j], err);
+        if (!retry) {  // none of the rest can go in a batch, and none of them is in flight
+          for (std::size_t j = submitted; j < last; ++j) redo_one_by_one(requests[start + j]);
           last = submitted;
           continue;
         }
@@ -146,11 +141,8 @@ void BatchedPageReads::read_batched(Span<const Read> reads, Span<int> errors) {
       for (long e = 0; e < got; ++e) {
         const Request& r = requests[static_cast<std::size_t>(events[static_cast<std::size_t>(e)].data)];
         const long long res = events[static_cast<std::size_t>(e)].res;
-        if (res < 0) {
-          fail_request(r, static_cast<int>(-res));
-        } else if (static_cast<std::size_t>(res) != r.count * page_bytes) {
-          fail_request(r, EIO);  // short: the file ends early
-        }
+        // failed, or short (the file ends early, the disk filled up)
+        if (res < 0 || static_cast<std::size_t>(res) != r.count * page_bytes) redo_one_by_one(r);
       }
       done += static_cast<std::size_t>(got);
     }
