@@ -138,6 +138,8 @@ nb::dict bindings::counters_dict(const StoreCounters& c) {
   d["evictions"] = c.evictions;
   d["prefetched"] = c.prefetched;
   d["prefetch_hits"] = c.prefetch_hits;
+  d["read_past"] = c.read_past;
+  d["written_through"] = c.written_through;
   d["checksum_checks"] = c.checksum_checks;
   d["stall_seconds"] = c.stall_seconds;
   return d;

@@ -709,7 +709,9 @@ def _presort_pair(tmp_path, p, dt, steps, between=None):
             o.presort, o.presort_run = presort, 1024  # several runs of a small store
             details = []
             for k in range(steps):
+                o.store.reset_stats()
                 details.append(o.step(dt).sort_detail)
+                details[-1]["store"] = o.store.stats()
                 if k == 0 and between is not None:
                     between(o)
             out.append((details, o.gather("pos"), o.gather("vel")))
@@ -728,6 +730,10 @@ def test_runs_made_during_the_walk_give_the_sorts_own_steps(tmp_path):
     (with_runs, pos1, vel1), (without, pos0, vel0) = _presort_pair(tmp_path, p, dt, 4)
     assert [d["presorted_used"] for d in with_runs] == [False, True, True, True]
     assert with_runs[1]["runs"] > 1 and with_runs[1]["seconds_runs"] == 0
+    # the worker read its runs (the pages no longer in a frame) and wrote their twins past
+    # the cache frames
+    walk_made = with_runs[1]["store"]
+    assert walk_made["read_past"] > 0 and walk_made["written_through"] > 0
     assert not any(d["presorted_used"] for d in without)
     assert np.array_equal(pos1, sim.particles.pos) and np.array_equal(vel1, sim.particles.vel)
     assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
@@ -755,6 +761,40 @@ def test_runs_made_during_the_walk_are_dropped_when_the_store_changes_or_a_parti
     (b, pos1, vel1), (_, pos0, vel0) = _presort_pair(tmp_path / "f", q, dt, 3)
     assert b[1]["presorted_used"] is False and b[1]["kick_drift_applied"]
     assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
+
+
+def test_flipped_bit_in_a_page_the_walks_worker_reads_past_the_cache(tmp_path, monkeypatch):
+    """What this proves: the pages the walk's worker reads straight from the file to make the
+    next sort's runs (past the cache frames) are checked like any other page: a flipped bit
+    in one raises ChecksumError naming it, from the step whose walk met it, and the runs are
+    not used; the scratch file is removed."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=10)
+    walk = OutOfCore._tree_forces
+    flipped = []
+
+    def corrupt_then_walk(self, st, closing_kick=None, presort=False):
+        if closing_kick is not None and presort and not flipped:
+            # after this step's sort: the index is read in this walk by the worker alone
+            self.store.evict_all()
+            flipped.append(self.store.page_of("index", 0, n // 2))
+            _flip_a_bit(self.store.path, flipped[0] * PAGE + 8)
+        return walk(self, st, closing_kick, presort)
+
+    monkeypatch.setattr(OutOfCore, "_tree_forces", corrupt_then_walk)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
+    try:
+        o.presort, o.presort_run = True, 1024
+        o.forces()
+        o.store.reset_stats()
+        with pytest.raises(ChecksumError, match=r"\(field 'index' component 0, particles .*is corrupt") as e:
+            o.step(dt)
+        assert e.value.page == flipped[0] and o.store.stats()["read_past"] > 0
+        assert o._presorted is None
+        del e  # its traceback holds the walk's tree (and its cell file) alive
+    finally:
+        o.close()
+    assert os.listdir(tmp_path) == []
 
 
 RUNS_DISK_FULL = textwrap.dedent("""

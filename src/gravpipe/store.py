@@ -249,7 +249,9 @@ class ParticleStore:
     def stats(self) -> dict[str, float | int | str]:
         """Counters since creation or reset_stats(): pages_read, bytes_read, pages_written,
         bytes_written, bytes_swapped (read + written, seed 004's figure), hits, misses,
-        evictions, prefetched, prefetch_hits, checksum_checks, stall_seconds (compute threads
+        evictions, prefetched, prefetch_hits, checksum_checks, read_past and written_through
+        (pages of those read and written past the cache frames: the walk's making of the next
+        sort's runs), stall_seconds (compute threads
         waiting on I/O); and io_mode, io_detail, batched_reads, eviction, frames, pages,
         page_bytes, budget_bytes, budget_used_bytes, read_ahead_failures."""
         s = dict(self._core.counters())

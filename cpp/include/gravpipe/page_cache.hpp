@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -88,6 +89,16 @@ class PageCache {
   /// call throws StoreError naming the first such page and why (ENOSPC: the disk is full),
   /// after recording the others.
   void write_through(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io);
+  /// Pin `page` only if it is in a frame (waiting while it is being loaded or written back);
+  /// an empty optional, and no load, when it is not.
+  std::optional<PageHandle> pin_if_resident(std::int64_t page);
+  /// Pages' stored bytes into the caller's buffers (aligned, page_bytes each) straight from
+  /// the file through `io`, past the frames, each checked against its CRC32C (ChecksumError
+  /// naming the page; StoreError for an I/O error): for a reader that will not come back to
+  /// them, so that they do not evict the pages others use. Only for pages that are not in a
+  /// frame (pin_if_resident said so) and that no one writes meanwhile: the file holds their
+  /// bytes then. Counted as pages and bytes read.
+  void read_past(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io);
   /// Pages [first, first + count) hold dead values: the caller rewrites every byte of them
   /// before reading any back (a tree evaluation's results). Their bytes are never read from
   /// the file again nor written back: resident copies are dropped (clean or dirty; pinned

@@ -107,6 +107,22 @@ class ParticleStore {
   /// not so aligned go through the cache as write_column() does.
   void write_column_through(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                             const void* values, BatchedPageIo& io);
+  /// One column of a read_through(): component `component` of `field`, element k (8 bytes)
+  /// to out + k * stride elements.
+  struct ColumnOut {
+    std::string field;
+    int component;
+    void* out;
+    int stride;
+  };
+  /// Particles [begin, begin + count) of `columns`, for a reader that will not come back to
+  /// them (the walk's worker making the next sort's runs): pages in a frame are copied from
+  /// it; the others come straight from the file through `io` into `staging` (aligned, whole
+  /// pages; its size sets how many at once), checked against their CRC32C, and never take a
+  /// frame (PageCache::read_past), so that they do not evict the pages the walk uses. No one
+  /// may write these particles meanwhile. A staging of less than a page reads through the cache.
+  void read_through(Span<const ColumnOut> columns, std::int64_t begin, std::int64_t count, BatchedPageIo& io,
+                    AlignedBuffer& staging);
   /// Pin a page for reading, as the cache does for read(): PagedParticles serves blocks
   /// that lie inside one page straight from its frame while the handle lives.
   PageHandle pin(std::int64_t page) { return cache_->pin(page, PageCache::Access::Read); }

@@ -18,6 +18,8 @@ struct StoreCounters {
   std::int64_t prefetched = 0;       // pages loaded by the read-ahead thread
   std::int64_t prefetch_hits = 0;    // ... of which a later pin used
   std::int64_t checksum_checks = 0;  // pages whose CRC32C was checked on a read from the file
+  std::int64_t read_past = 0;        // ... of the pages read, those read past the frames (read_past)
+  std::int64_t written_through = 0;  // ... of the pages written, those written past them (write_through)
   double stall_seconds = 0;          // compute threads waiting on loads and write-backs
   std::int64_t bytes_swapped() const { return bytes_read + bytes_written; }
 };

@@ -311,6 +311,62 @@ void PageCache::write_back(std::int64_t page, const unsigned char* data) {
   written_[static_cast<std::size_t>(page)] = kStored;
 }
 
+std::optional<PageHandle> PageCache::pin_if_resident(std::int64_t page) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    const auto it = table_.find(page);
+    if (it == table_.end()) return std::nullopt;
+    Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+    if (fr.state == State::Busy || fr.page != page) {  // being loaded, or its frame being written back
+      changed_.wait(lock);
+      continue;
+    }
+    ++fr.pins;
+    policy_->touch(static_cast<std::size_t>(it->second));
+    if (fr.prefetched) {
+      ++counters_.prefetch_hits;
+      --prefetched_unused_;
+      fr.prefetched = false;
+    }
+    ++counters_.hits;
+    return PageHandle(this, it->second, frame_data(it->second));
+  }
+}
+
+void PageCache::read_past(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io) {
+  std::vector<BatchedPageIo::Page> stored;
+  for (const BatchedPageIo::Page& p : pages) {
+    if (p.page < 0 || p.page >= pages_)
+      throw InputError("page cache: read of page " + std::to_string(p.page) + " outside [0, " +
+                       std::to_string(pages_) + ")");
+    const std::uint8_t state = written_[static_cast<std::size_t>(p.page)];
+    if (state == kNotStored) {
+      std::memset(p.data, 0, page_bytes_);  // never stored: zeros, as a new file
+    } else if (state == kWriteFailed) {
+      read_in(p.page, p.data);  // raises the error
+    } else {
+      stored.push_back(p);
+    }
+  }
+  std::vector<int> errors(stored.size());
+  io.read(Span<const BatchedPageIo::Page>(stored.data(), stored.size()), Span<int>(errors.data(), errors.size()));
+  for (std::size_t k = 0; k < stored.size(); ++k) {
+    if (errors[k] != 0) {
+      try {
+        file_.fail("reading", stored[k].page, errors[k]);
+      } catch (const StoreError& e) {
+        throw StoreError(std::string(e.what()) + " [" + describe(stored[k].page) + "]", e.path(), e.page());
+      }
+    }
+    if (!crc_matches(stored[k].page, stored[k].data)) read_in(stored[k].page, stored[k].data);  // raises, naming it
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.pages_read += static_cast<std::int64_t>(stored.size());
+  counters_.bytes_read += static_cast<std::int64_t>(stored.size() * page_bytes_);
+  counters_.checksum_checks += static_cast<std::int64_t>(stored.size());
+  counters_.read_past += static_cast<std::int64_t>(stored.size());
+}
+
 void PageCache::write_through(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io) {
   std::vector<std::uint32_t> crcs(pages.size());
   for (std::size_t k = 0; k < pages.size(); ++k) {
@@ -356,6 +412,7 @@ void PageCache::write_through(Span<const BatchedPageIo::Page> pages, BatchedPage
       crc_[page] = crcs[k];
       written_[page] = kStored;
       ++counters_.pages_written;
+      ++counters_.written_through;
       counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
     }
   }

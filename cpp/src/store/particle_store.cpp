@@ -317,6 +317,66 @@ void ParticleStore::write_column(const std::string& field, int component, std::i
   copy_column<true>(col + component, begin, count, bytes, 1, false);
 }
 
+void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t begin, std::int64_t count,
+                                 BatchedPageIo& io, AlignedBuffer& staging) {
+  struct Resolved {
+    const Column* col;
+    const Stripe* stripe;
+    unsigned char* out;
+    int stride;
+  };
+  std::vector<Resolved> cols;
+  for (const ColumnOut& c : columns) {
+    const std::int64_t col = first_column(c.field);
+    if (c.component < 0 || c.component >= this->field(c.field).components)
+      throw InputError("store: field '" + c.field + "' has no component " + std::to_string(c.component));
+    check_range(c.field, begin, count);
+    const Column& column = columns_[static_cast<std::size_t>(col + c.component)];
+    cols.push_back({&column, &stripes_[column.stripe], static_cast<unsigned char*>(c.out), c.stride});
+  }
+  const auto room = static_cast<std::size_t>(staging.size() / page_bytes());
+  if (room == 0) {
+    for (const Resolved& r : cols)
+      copy_column<false>(r.col - columns_.data(), begin, count, r.out, r.stride, false);
+    return;
+  }
+  const std::int64_t end = begin + count;
+  // every column's share of page `page` (of the stripe it belongs to) from its bytes
+  const auto copy_out = [&](std::int64_t page, const unsigned char* data) {
+    for (const Resolved& r : cols) {
+      const Stripe& st = *r.stripe;
+      if (page < st.base || page >= st.base + st.pages) continue;
+      const std::int64_t first = (page - st.base) * st.per_page;
+      const std::int64_t k0 = std::max(begin, first), k1 = std::min(end, first + st.per_page);
+      const unsigned char* p = data + r.col->offset + (k0 - first) * kElementBytes;
+      unsigned char* b = r.out + (k0 - begin) * r.stride * kElementBytes;
+      for (std::int64_t k = k0; k < k1; ++k, p += kElementBytes, b += r.stride * kElementBytes)
+        std::memcpy(b, p, kElementBytes);
+    }
+  };
+  std::vector<std::int64_t> pages;
+  for (const Resolved& r : cols)
+    for (std::int64_t p = begin / r.stripe->per_page; p <= (end - 1) / r.stripe->per_page; ++p)
+      pages.push_back(r.stripe->base + p);
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  std::vector<BatchedPageIo::Page> absent;
+  const auto read_absent = [&] {
+    cache_->read_past(Span<const BatchedPageIo::Page>(absent.data(), absent.size()), io);
+    for (const BatchedPageIo::Page& a : absent) copy_out(a.page, a.data);
+    absent.clear();
+  };
+  for (const std::int64_t page : pages) {
+    if (const std::optional<PageHandle> h = cache_->pin_if_resident(page)) {
+      copy_out(page, h->data());
+      continue;
+    }
+    absent.push_back({page, staging.data() + absent.size() * page_bytes()});
+    if (absent.size() == room) read_absent();
+  }
+  if (!absent.empty()) read_absent();
+}
+
 void ParticleStore::write_column_through(const std::string& field, int component, std::int64_t begin,
                                          std::int64_t count, const void* values, BatchedPageIo& io) {
   const std::int64_t col = first_column(field);

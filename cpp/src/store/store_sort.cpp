@@ -147,23 +147,50 @@ struct RunScratch {
   std::vector<std::int64_t, PageAlignedAllocator<std::int64_t>> out;
 };
 
+/// Reads of a run past the cache (ParticleStore::read_through): the walk's worker, whose
+/// runs would otherwise pass through the walk's frames and evict the pages the walk uses.
+struct RunReadThrough {
+  ParticleStore& s;
+  BatchedPageIo& io;
+  AlignedBuffer& staging;
+  void operator()(std::vector<ParticleStore::ColumnOut> columns, std::int64_t b, std::int64_t n) const {
+    s.read_through(Span<const ParticleStore::ColumnOut>(columns.data(), columns.size()), b, n, io, staging);
+  }
+};
+
 /// Read run [r.b, r.b + r.n)'s positions (unless `pos_loaded`: the bounds pass left them in
 /// r.pos), masses and, with a kick-drift, its velocities, both kicked and drifted; the
-/// drifted positions' bounds go into r.drifted.
-void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, LoadedRun& r) {
+/// drifted positions' bounds go into r.drifted. `through` (optional): read past the cache.
+void load_run(ParticleStore& s, const StoreSortConfig& c, bool pos_loaded, LoadedRun& r,
+              const RunReadThrough* through = nullptr) {
   const std::int64_t b = r.b, n = r.n;
-  // positions and masses share pages: read together, a few pages at a time, so that a run
-  // longer than the cache holds does not read each page twice
-  for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
-    const std::int64_t m = std::min(kChunk, n - k0);
-    if (!pos_loaded) s.read("pos", b + k0, m, r.pos.data() + 3 * k0, kReadAhead);
-    if (carries_mass(c)) s.read("mass", b + k0, m, r.mass.data() + k0, kReadAhead);
+  if (through != nullptr) {
+    std::vector<ParticleStore::ColumnOut> cols;
+    for (int comp = 0; comp < 3 && !pos_loaded; ++comp) cols.push_back({"pos", comp, r.pos.data() + comp, 3});
+    if (carries_mass(c)) cols.push_back({"mass", 0, r.mass.data(), 1});
+    if (!cols.empty()) (*through)(cols, b, n);
+  } else {
+    // positions and masses share pages: read together, a few pages at a time, so that a run
+    // longer than the cache holds does not read each page twice
+    for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
+      const std::int64_t m = std::min(kChunk, n - k0);
+      if (!pos_loaded) s.read("pos", b + k0, m, r.pos.data() + 3 * k0, kReadAhead);
+      if (carries_mass(c)) s.read("mass", b + k0, m, r.mass.data() + k0, kReadAhead);
+    }
   }
   if (!c.kick_drift) return;
   const double h = c.kick_drift->h, dt = c.kick_drift->dt;
-  s.read("vel", b, n, r.vel.data(), kReadAhead);
+  if (through != nullptr) {
+    (*through)({{"vel", 0, r.vel.data(), 3}, {"vel", 1, r.vel.data() + 1, 3}, {"vel", 2, r.vel.data() + 2, 3}}, b, n);
+  } else {
+    s.read("vel", b, n, r.vel.data(), kReadAhead);
+  }
   for (int comp = 0; comp < 3; ++comp) {
-    s.read_column("acc", comp, b, n, r.acc.data(), kReadAhead);
+    if (through != nullptr) {
+      (*through)({{"acc", comp, r.acc.data(), 1}}, b, n);
+    } else {
+      s.read_column("acc", comp, b, n, r.acc.data(), kReadAhead);
+    }
     for (std::int64_t k = 0; k < n; ++k) {  // paged_kick_drift's loop, one component at a time
       r.vel[3 * k + comp] = kicked(r.vel[3 * k + comp], r.acc[k], h);
       r.pos[3 * k + comp] = drifted(r.pos[3 * k + comp], r.vel[3 * k + comp], dt);
@@ -195,13 +222,20 @@ ColumnWriter straight_to_the_file(ParticleStore& s, BatchedPageIo& io) {
 /// themselves for one run). Positions (and kicked velocities) come from the run's buffers,
 /// the rest is read.
 void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame, bool to_twin, const LoadedRun& r,
-              RunScratch& w, const ColumnWriter& write) {
+              RunScratch& w, const ColumnWriter& write, const RunReadThrough* through = nullptr) {
+  const auto read_column = [&](const std::string& f, int comp, std::int64_t* out) {
+    if (through != nullptr) {
+      (*through)({{f, comp, out, 1}}, r.b, r.n);
+    } else {
+      s.read_column(f, comp, r.b, r.n, out, kReadAhead);
+    }
+  };
   const std::int64_t b = r.b, n = r.n;
   std::vector<std::uint64_t> keys = curve_keys({r.pos.data(), static_cast<std::size_t>(3 * n)}, frame, c.threads);
   std::vector<std::int64_t>& local = w.local;
   std::vector<std::int64_t>& in = w.in;
   auto& out = w.out;
-  s.read_column("index", 0, b, n, in.data(), kReadAhead);
+  read_column("index", 0, in.data());
   // the in-core parallel radix sort by key (stable: ties in store order), then ties put in
   // caller (index) order, which the store order need not be after a drift
   local.resize(static_cast<std::size_t>(n));
@@ -255,7 +289,7 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
       if (held(f) != nullptr) {
         gather(f, comp, 0, n, out.data());
       } else {
-        s.read_column(f, comp, b, n, in.data(), kReadAhead);
+        read_column(f, comp, in.data());
         for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
       }
       write(name(f), comp, b, n, out.data());
@@ -425,12 +459,14 @@ struct SortRunWriter::Buffers {
   LoadedRun loaded;
   RunScratch scratch;
   Reservation charge;
-  std::unique_ptr<BatchedPageIo> io;  // the worker's writes of the twins' whole pages
+  std::unique_ptr<BatchedPageIo> io;  // the worker's reads and writes past the cache
+  AlignedBuffer staging;              // pages read past the cache, on their way to the run
 };
 
 std::uint64_t SortRunWriter::budget_bytes(std::int64_t run) {
-  // the loaded run (kick-drift) and its scratch: three int64 columns, keys and their sort's
-  return static_cast<std::uint64_t>(run) * (kKickDriftRunBytesPerParticle + 24);
+  // the loaded run (kick-drift) and its scratch: three int64 columns, keys and their sort's;
+  // the pages of a column's run read past the cache
+  return static_cast<std::uint64_t>(run) * (kKickDriftRunBytesPerParticle + 24 + 8);
 }
 
 SortRunWriter::SortRunWriter(ParticleStore& s, const StoreSortConfig& c, std::int64_t run, const CurveBox& frame)
@@ -445,6 +481,8 @@ SortRunWriter::SortRunWriter(ParticleStore& s, const StoreSortConfig& c, std::in
   b_->loaded.size_for(run_, true);
   b_->scratch.in.resize(static_cast<std::size_t>(run_)), b_->scratch.out.resize(static_cast<std::size_t>(run_));
   b_->io = std::make_unique<BatchedPageIo>(s_.file(), kWriteThroughDepth);
+  const std::size_t page = s_.page_bytes(), whole = static_cast<std::size_t>(run_) * 8 / page * page;
+  if (whole > 0) b_->staging = AlignedBuffer(whole);  // else: reads through the cache
 }
 
 SortRunWriter::~SortRunWriter() = default;
@@ -454,10 +492,12 @@ std::int64_t SortRunWriter::runs() const { return (s_.size() + run_ - 1) / run_;
 void SortRunWriter::write(std::int64_t k) {
   LoadedRun& r = b_->loaded;
   r.b = k * run_, r.n = std::min(run_, s_.size() - r.b);
-  load_run(s_, c_, false, r);
-  // the twins' whole pages straight to the file: read only by the next sort, they would
-  // pass through the walk's frames and leave them dirty for the walk's threads to write back
-  sort_run(s_, c_, frame_, true, r, b_->scratch, straight_to_the_file(s_, *b_->io));
+  // past the cache both ways: the run's reads (the walk is done with these particles) and the
+  // twins' whole pages (read only by the next sort) would pass through the walk's frames,
+  // evict the pages it uses and leave dirty ones for its threads to write back
+  const RunReadThrough through{s_, *b_->io, b_->staging};
+  load_run(s_, c_, false, r, &through);
+  sort_run(s_, c_, frame_, true, r, b_->scratch, straight_to_the_file(s_, *b_->io), &through);
 }
 
 PresortedRuns SortRunWriter::result() const {
