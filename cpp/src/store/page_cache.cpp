@@ -244,8 +244,7 @@ std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPag
       if (victim < 0) break;
       claims.push_back(claim(victim, page, true));
     }
-    // dirty victims go out first, one at a time (the walk's cold frames are mostly clean:
-    // the results and the closing kick's pages were cooled and written back by then)
+    // dirty victims go out first, one at a time, as prefetch() writes its victim back
     for (std::size_t k = 0; k < claims.size();) {
       try {
         write_back_claimed(claims[k], lock);

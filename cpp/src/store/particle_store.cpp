@@ -334,6 +334,7 @@ void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t beg
     const Column& column = columns_[static_cast<std::size_t>(col + c.component)];
     cols.push_back({&column, &stripes_[column.stripe], static_cast<unsigned char*>(c.out), c.stride});
   }
+  if (count <= 0) return;
   const auto room = static_cast<std::size_t>(staging.size() / page_bytes());
   if (room == 0) {
     for (const Resolved& r : cols)
