@@ -285,6 +285,9 @@ def test_pages_prefetched_together_hold_their_bytes_and_a_corrupt_one_is_left_to
         assert st["prefetched"] == len(pages) - 1 and st["pages_read"] == len(pages) - 1
         assert st["checksum_checks"] == len(pages) - 1 and st["bytes_read"] == (len(pages) - 1) * PAGE
         assert s.prefetch(pages) == 1  # resident ones are skipped; the bad one is read again
+        for wrong in (-1, s.pages):
+            with pytest.raises(ValueError, match=rf"prefetch of page {wrong} outside the scratch file's pages"):
+                s.prefetch([pages[0], wrong])
         assert s.stats()["prefetched"] == len(pages) - 1
         # pages 0-2 and 4-7 of x and y came from the prefetched frames, and z's pages 1 and 5
         assert np.array_equal(s.read("vel", 0, 1536), vel[:1536])

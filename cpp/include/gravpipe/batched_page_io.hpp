@@ -47,11 +47,10 @@ class BatchedPageIo {
 
   /// "Linux AIO, N deep" or "one page at a time (why)".
   const std::string& how() const { return how_; }
-  bool batched() const { return context_ != 0; }
 
  private:
   void one_at_a_time(bool write, Span<const Page> pages, Span<int> errors) const;
-  void batched(bool write, Span<const Page> pages, Span<int> errors);
+  void in_flight_together(bool write, Span<const Page> pages, Span<int> errors);
 
   const PageFile& file_;
   const int depth_;

@@ -149,7 +149,7 @@ class ParticleStore {
   /// prefetch() of many pages, their reads in flight together (PageCache::prefetch_many
   /// through a BatchedPageIo of this call). Returns the loads that failed (the reader's
   /// own pin of such a page reports why).
-  std::int64_t prefetch_pages(Span<const std::int64_t> pages);
+  std::int64_t prefetch_pages(Span<const std::int64_t> pages);  // InputError for a page outside the file
   /// How batched loads reach the file: "Linux AIO, N deep", or "one page at a time (why)".
   std::string batched_reads() const;
   /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
@@ -206,6 +206,8 @@ class ParticleStore {
   void copy_field(std::int64_t column, int components, std::int64_t begin, std::int64_t count, unsigned char* bytes,
                   bool read_ahead);
   std::int64_t first_column(const std::string& field) const;
+  /// The column of `component` of `field`, after checking the component and [begin, begin + count).
+  std::int64_t checked_column(const std::string& field, int component, std::int64_t begin, std::int64_t count) const;
   void check_range(const std::string& field, std::int64_t begin, std::int64_t count) const;
   std::string name_page(std::int64_t page) const;
 
@@ -220,6 +222,7 @@ class ParticleStore {
   std::unique_ptr<PageFile> file_;
   std::unique_ptr<PageCache> cache_;
   std::unique_ptr<ReadAhead> read_ahead_;   // stops first
+  std::string batched_reads_;
 };
 
 }  // namespace gravpipe

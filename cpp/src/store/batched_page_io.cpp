@@ -52,13 +52,13 @@ BatchedPageIo::~BatchedPageIo() {
 void BatchedPageIo::read(Span<const Page> pages, Span<int> errors) {
   if (errors.size() != pages.size()) throw std::logic_error("batched page I/O: one error slot per page needed");
   std::fill(errors.begin(), errors.end(), 0);
-  context_ == 0 ? one_at_a_time(false, pages, errors) : batched(false, pages, errors);
+  context_ == 0 ? one_at_a_time(false, pages, errors) : in_flight_together(false, pages, errors);
 }
 
 void BatchedPageIo::write(Span<const Page> pages, Span<int> errors) {
   if (errors.size() != pages.size()) throw std::logic_error("batched page I/O: one error slot per page needed");
   std::fill(errors.begin(), errors.end(), 0);
-  context_ == 0 ? one_at_a_time(true, pages, errors) : batched(true, pages, errors);
+  context_ == 0 ? one_at_a_time(true, pages, errors) : in_flight_together(true, pages, errors);
 }
 
 void BatchedPageIo::one_at_a_time(bool write, Span<const Page> pages, Span<int> errors) const {
@@ -68,7 +68,7 @@ void BatchedPageIo::one_at_a_time(bool write, Span<const Page> pages, Span<int> 
                       : file_.try_read(pages[k].page, Span<unsigned char>(pages[k].data, bytes));
 }
 
-void BatchedPageIo::batched(bool write, Span<const Page> pages, Span<int> errors) {
+void BatchedPageIo::in_flight_together(bool write, Span<const Page> pages, Span<int> errors) {
   const std::size_t page_bytes = file_.page_bytes();
   // reads in file order, so that neighbours join into one request
   std::vector<std::size_t> order(pages.size());

@@ -153,6 +153,7 @@ ParticleStore::ParticleStore(const StoreConfig& c)
   cache_ = std::make_unique<PageCache>(*file_, pages, frames, c.eviction, *budget_);
   cache_->set_page_namer([this](std::int64_t page) { return name_page(page); });
   read_ahead_ = std::make_unique<ReadAhead>(*cache_, static_cast<std::size_t>(c.read_ahead) * 16, kReadAheadWorkers);
+  batched_reads_ = BatchedPageIo(*file_, kBatchedReadDepth).how();  // stats() tells it at every call
 }
 
 ParticleStore::~ParticleStore() = default;
@@ -193,11 +194,16 @@ void ParticleStore::check_range(const std::string& field, std::int64_t begin, st
                      ") of field '" + field + "' outside [0, " + std::to_string(n_) + ")");
 }
 
-std::int64_t ParticleStore::page_of(const std::string& field, int component, std::int64_t index) const {
-  const std::int64_t col = first_column(field) + component;
+std::int64_t ParticleStore::checked_column(const std::string& field, int component, std::int64_t begin,
+                                          std::int64_t count) const {
   if (component < 0 || component >= this->field(field).components)
     throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
-  check_range(field, index, 1);
+  check_range(field, begin, count);
+  return first_column(field) + component;
+}
+
+std::int64_t ParticleStore::page_of(const std::string& field, int component, std::int64_t index) const {
+  const std::int64_t col = checked_column(field, component, index, 1);
   const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
   return stripe.base + index / stripe.per_page;
 }
@@ -300,21 +306,15 @@ void ParticleStore::read_component(const std::string& field, int component, std:
 
 void ParticleStore::read_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                                 void* out, bool read_ahead) {
-  const std::int64_t col = first_column(field);
-  if (component < 0 || component >= this->field(field).components)
-    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
-  check_range(field, begin, count);
-  copy_column<false>(col + component, begin, count, static_cast<unsigned char*>(out), 1, read_ahead);
+  copy_column<false>(checked_column(field, component, begin, count), begin, count, static_cast<unsigned char*>(out),
+                     1, read_ahead);
 }
 
 void ParticleStore::write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                                  const void* values) {
-  const std::int64_t col = first_column(field);
-  if (component < 0 || component >= this->field(field).components)
-    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
-  check_range(field, begin, count);
+  const std::int64_t col = checked_column(field, component, begin, count);
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from when writing
-  copy_column<true>(col + component, begin, count, bytes, 1, false);
+  copy_column<true>(col, begin, count, bytes, 1, false);
 }
 
 void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t begin, std::int64_t count,
@@ -327,11 +327,7 @@ void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t beg
   };
   std::vector<Resolved> cols;
   for (const ColumnOut& c : columns) {
-    const std::int64_t col = first_column(c.field);
-    if (c.component < 0 || c.component >= this->field(c.field).components)
-      throw InputError("store: field '" + c.field + "' has no component " + std::to_string(c.component));
-    check_range(c.field, begin, count);
-    const Column& column = columns_[static_cast<std::size_t>(col + c.component)];
+    const Column& column = columns_[static_cast<std::size_t>(checked_column(c.field, c.component, begin, count))];
     cols.push_back({&column, &stripes_[column.stripe], static_cast<unsigned char*>(c.out), c.stride});
   }
   if (count <= 0) return;
@@ -380,11 +376,8 @@ void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t beg
 
 void ParticleStore::write_column_through(const std::string& field, int component, std::int64_t begin,
                                          std::int64_t count, const void* values, BatchedPageIo& io) {
-  const std::int64_t col = first_column(field);
-  if (component < 0 || component >= this->field(field).components)
-    throw InputError("store: field '" + field + "' has no component " + std::to_string(component));
-  check_range(field, begin, count);
-  const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col + component)].stripe];
+  const std::int64_t col = checked_column(field, component, begin, count);
+  const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
   const std::int64_t per = stripe.per_page, end = begin + count;
   const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from
@@ -435,11 +428,15 @@ void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int6
 }
 
 std::int64_t ParticleStore::prefetch_pages(Span<const std::int64_t> pages) {
+  for (const std::int64_t p : pages)
+    if (p < 0 || p >= this->pages())
+      throw InputError("store: prefetch of page " + std::to_string(p) + " outside the scratch file's pages [0, " +
+                       std::to_string(this->pages()) + ")");
   BatchedPageIo reads(*file_, kBatchedReadDepth);
   return cache_->prefetch_many(pages, reads);
 }
 
-std::string ParticleStore::batched_reads() const { return BatchedPageIo(*file_, kBatchedReadDepth).how(); }
+std::string ParticleStore::batched_reads() const { return batched_reads_; }
 
 void ParticleStore::flush() { cache_->flush(); }
 
