@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include "gravpipe/aligned_buffer.hpp"
+#include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/crc32c.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/io_timing.hpp"
@@ -218,6 +220,26 @@ void bind_store(nb::module_& m) {
         nb::gil_scoped_release release;
         return s.prefetch_pages(Span<const std::int64_t>(pages.data(), pages.size()));
       }, nb::arg("pages"), "Load pages ahead of their use, their reads in flight together; returns the loads that failed.")
+      .def("write_through",
+           [](StoreBox& b, const std::vector<std::tuple<std::string, int>>& columns, std::int64_t begin,
+              nb::ndarray<const std::uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> values,
+              std::size_t staging_pages) {
+             if (values.shape(0) != columns.size())
+               throw InputError("store: write_through got " + std::to_string(values.shape(0)) + " rows of values for " +
+                                std::to_string(columns.size()) + " columns");
+             const auto count = static_cast<std::int64_t>(values.shape(1));
+             std::vector<ParticleStore::ColumnIn> in;
+             for (std::size_t k = 0; k < columns.size(); ++k)
+               in.push_back({std::get<0>(columns[k]), std::get<1>(columns[k]), values.data() + k * values.shape(1)});
+             ParticleStore& s = b.get();
+             nb::gil_scoped_release release;
+             BatchedPageIo io(s.file(), 16);
+             AlignedBuffer staging(staging_pages * s.page_bytes());
+             s.write_through(Span<const ParticleStore::ColumnIn>(in.data(), in.size()), begin, count, io, staging);
+           },
+           nb::arg("columns"), nb::arg("begin"), nb::arg("values"), nb::arg("staging_pages"),
+           "Columns (field, component) of particles [begin, begin + count) from values (columns, count) of 8-byte "
+           "elements: whole pages of columns that fill them straight to the file, staging_pages at a time.")
       .def_prop_ro("batched_reads", [](const StoreBox& b) { return b.get().batched_reads(); })
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)

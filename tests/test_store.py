@@ -306,6 +306,50 @@ def test_pages_prefetched_together_hold_their_bytes_and_a_corrupt_one_is_left_to
             s.read("vel", n - 1, n)
 
 
+@pytest.mark.parametrize("io_mode", ["auto", "buffered"])
+def test_columns_written_through_fill_whole_pages_from_staging_and_leave_the_rest_to_the_cache(tmp_path, io_mode):
+    """ParticleStore.write_through (the sort's permute output): the pages a range covers whole
+    go straight to the file, a few at a time through the staging pages, when the columns
+    given fill them (vel's, each its own page; pos with mass, the page group "body"); the
+    partial pages at the ends, and pos given without mass (whose pages it shares), go
+    through the cache. Every value reads back, from the cache and from the file."""
+    n = 5000  # not a multiple of any page's particles: the last page is partial
+    rng = np.random.default_rng(17)
+    vel, pos, mass = rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), rng.uniform(size=n)
+    ids = rng.integers(-2**62, 2**62, size=n)
+    body_per, col_per = PAGE // 32, PAGE // 8  # 128 and 512 particles a page
+    begin, end = 300, 4700
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=64 * PAGE, page_bytes=PAGE,
+                       threads=2, read_ahead=0, io=io_mode) as s:
+        s.reset_stats()
+        s.write_through(begin, {"vel": vel[begin:end], "id": ids[begin:end]}, staging_pages=3)
+        whole_col = end // col_per - (begin + col_per - 1) // col_per  # 8 whole pages a column
+        assert s.stats()["written_through"] == 4 * whole_col
+        s.write_through(begin, {"pos": pos[begin:end], "mass": mass[begin:end]}, staging_pages=2)
+        whole_body = end // body_per - (begin + body_per - 1) // body_per
+        assert s.stats()["written_through"] == 4 * whole_col + whole_body
+        assert np.array_equal(s.read("vel", begin, end), vel[begin:end])
+        assert np.array_equal(s.read("id", begin, end), ids[begin:end])
+        assert np.array_equal(s.read("pos", begin, end), pos[begin:end])
+        assert np.array_equal(s.read("mass", begin, end), mass[begin:end])
+        # pos alone leaves the mass slots of its pages to mass: all through the cache
+        pos2 = pos[::-1].copy()
+        s.write_through(0, {"pos": pos2}, staging_pages=4)
+        assert s.stats()["written_through"] == 4 * whole_col + whole_body
+        # the whole file, cold: every page checked against its CRC32C
+        s.evict_all()
+        assert np.array_equal(s.read("pos", 0, n), pos2)
+        assert np.array_equal(s.read("mass", begin, end), mass[begin:end])
+        assert np.array_equal(s.read("vel", begin, end), vel[begin:end])
+        assert np.array_equal(s.read("id", begin, end), ids[begin:end])
+        for bad, match in [({"vel": vel[:10], "id": ids[:11]}, "with the count of the other fields"),
+                           ({"vel": vel[:10, :2]}, r"takes shape \(count, 3\)")]:
+            with pytest.raises(ValueError, match=match):
+                s.write_through(0, bad)
+        with pytest.raises(ValueError, match="particles"):
+            s.write_through(n - 5, {"vel": vel[:10]})
+
+
 def test_pos_and_mass_share_pages_column_after_column(tmp_path):
     """The page group "body": one page holds x, y, z, m of the same particles, each a
     contiguous column of page_bytes / 32 values, and its bytes on disk are those values."""

@@ -240,6 +240,37 @@ class ParticleStore:
         reads it again and raises the error (e.g. :class:`~gravpipe.errors.ChecksumError`)."""
         return int(self._core.prefetch_pages([int(p) for p in pages]))
 
+    def write_through(self, begin: int, values: dict[str, np.ndarray], staging_pages: int = 8) -> None:
+        """Write particles [begin, begin + count) of several fields at once, as the external
+        sort's permute writes its output: ``values`` maps each field to an array shaped as
+        :meth:`write` takes it. Where the columns given fill every slot of their pages (an
+        ungrouped field's column, or every field of a page group such as pos with mass), the
+        pages the range covers whole are laid out ``staging_pages`` at a time and go straight
+        to the scratch file, their writes in flight together (counted as ``written_through``),
+        taking no frame of the cache; partial pages at the ends, and fields that share their
+        pages with fields not given, go through the cache as :meth:`write` does."""
+        if staging_pages < 0:
+            raise ValueError(f"store: staging_pages must be >= 0, got {staging_pages}")
+        columns, rows, count = [], [], None
+        for field, v in values.items():
+            comps, dtype = self.field(field)
+            arr = np.ascontiguousarray(v, dtype=_DTYPES[dtype])
+            want_count = len(arr) if arr.ndim > 0 else -1
+            if count is None:
+                count = want_count
+            want = (count,) if comps == 1 else (count, comps)
+            if arr.ndim == 0 or arr.shape != want:
+                raise ValueError(f"store: field {field!r} takes shape (count,{'' if comps == 1 else f' {comps}'}) "
+                                 f"with the count of the other fields ({count}), got {np.shape(v)}")
+            for c in range(comps):
+                columns.append((field, c))
+                rows.append((arr if comps == 1 else arr[:, c]).view(np.uint64))
+        if not columns:
+            return
+        self._core.write_through(columns, int(begin), np.ascontiguousarray(np.stack(rows)), int(staging_pages))
+        for field in values:
+            self.writes[field] = self.writes.get(field, 0) + 1
+
     def page_of(self, field: str, component: int, index: int) -> int:
         """The scratch-file page holding component ``component`` of particle ``index``."""
         return int(self._core.page_of(field, int(component), int(index)))

@@ -107,6 +107,22 @@ class ParticleStore {
   /// not so aligned go through the cache as write_column() does.
   void write_column_through(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                             const void* values, BatchedPageIo& io);
+  /// One column of a write_through(): component `component` of `field`, element k (8 bytes)
+  /// from values + k * 8.
+  struct ColumnIn {
+    std::string field;
+    int component;
+    const void* values;
+  };
+  /// Particles [begin, begin + count) of `columns`, written once for a reader that comes
+  /// much later (the sort's permute). Where the columns fill every slot of their pages (an
+  /// ungrouped column, or every column of a page group), the pages the range covers whole are
+  /// laid out in `staging` (aligned, whole pages; its size sets how many at once) and go
+  /// straight to the file through `io` (PageCache::write_through: no frame taken, none left
+  /// dirty); the partial pages at the ends, and columns that leave slots of their pages to
+  /// others, go through the cache as write_column() does.
+  void write_through(Span<const ColumnIn> columns, std::int64_t begin, std::int64_t count, BatchedPageIo& io,
+                     AlignedBuffer& staging);
   /// One column of a read_through(): component `component` of `field`, element k (8 bytes)
   /// to out + k * stride elements.
   struct ColumnOut {
@@ -150,6 +166,8 @@ class ParticleStore {
   /// through a BatchedPageIo of this call). Returns the loads that failed (the reader's
   /// own pin of such a page reports why).
   std::int64_t prefetch_pages(Span<const std::int64_t> pages);  // InputError for a page outside the file
+  /// The same through the caller's `io`, for a pass that prefetches often (the sort's merge).
+  std::int64_t prefetch_pages(Span<const std::int64_t> pages, BatchedPageIo& io);
   /// How batched loads reach the file: "Linux AIO, N deep", or "one page at a time (why)".
   std::string batched_reads() const;
   /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).

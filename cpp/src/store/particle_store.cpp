@@ -396,6 +396,60 @@ void ParticleStore::write_column_through(const std::string& field, int component
   if (stop * per < end) write_column(field, component, stop * per, end - stop * per, whole + (stop - first) * page_bytes());
 }
 
+void ParticleStore::write_through(Span<const ColumnIn> columns, std::int64_t begin, std::int64_t count,
+                                  BatchedPageIo& io, AlignedBuffer& staging) {
+  std::vector<const Column*> cols;
+  for (const ColumnIn& c : columns)
+    cols.push_back(&columns_[static_cast<std::size_t>(checked_column(c.field, c.component, begin, count))]);
+  if (count <= 0) return;
+  const std::int64_t end = begin + count;
+  std::vector<std::uint8_t> done(cols.size(), 0);
+  for (std::size_t k = 0; k < cols.size(); ++k) {
+    if (done[k]) continue;
+    // the columns of this one's stripe; they fill its pages when they take each slot once
+    const Stripe& stripe = stripes_[cols[k]->stripe];
+    std::vector<std::size_t> mine;
+    std::vector<std::uint8_t> slot_taken(static_cast<std::size_t>(stripe.width), 0);
+    bool fills = true;
+    for (std::size_t j = k; j < cols.size(); ++j) {
+      if (done[j] || cols[j]->stripe != cols[k]->stripe) continue;
+      done[j] = 1, mine.push_back(j);
+      const auto slot = cols[j]->offset / (static_cast<std::size_t>(stripe.per_page) * kElementBytes);
+      fills = fills && !slot_taken[slot];
+      slot_taken[slot] = 1;
+    }
+    fills = fills && static_cast<int>(mine.size()) == stripe.width;
+    const auto through_the_cache = [&](std::int64_t b, std::int64_t n) {
+      for (const std::size_t j : mine)
+        write_column(columns[j].field, columns[j].component, b, n,
+                     static_cast<const unsigned char*>(columns[j].values) + (b - begin) * kElementBytes);
+    };
+    const std::int64_t per = stripe.per_page;
+    const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
+    const auto room = static_cast<std::int64_t>(staging.size() / page_bytes());
+    if (!fills || first >= stop || room == 0) {
+      through_the_cache(begin, count);
+      continue;
+    }
+    if (first * per > begin) through_the_cache(begin, first * per - begin);
+    std::vector<BatchedPageIo::Page> pages;
+    for (std::int64_t p0 = first; p0 < stop; p0 += room) {
+      const std::int64_t p1 = std::min(stop, p0 + room);
+      pages.clear();
+      for (std::int64_t p = p0; p < p1; ++p) {
+        unsigned char* image = staging.data() + static_cast<std::size_t>(p - p0) * page_bytes();
+        for (const std::size_t j : mine)
+          std::memcpy(image + cols[j]->offset,
+                      static_cast<const unsigned char*>(columns[j].values) + (p * per - begin) * kElementBytes,
+                      static_cast<std::size_t>(per) * kElementBytes);
+        pages.push_back({stripe.base + p, image});
+      }
+      cache_->write_through(Span<const BatchedPageIo::Page>(pages.data(), pages.size()), io);
+    }
+    if (stop * per < end) through_the_cache(stop * per, end - stop * per);
+  }
+}
+
 void ParticleStore::discard_fields(const std::vector<std::string>& fields) {
   std::vector<std::uint8_t> listed(columns_.size(), 0);
   for (const std::string& f : fields) {
@@ -428,12 +482,16 @@ void ParticleStore::cool(const std::string& field, std::int64_t begin, std::int6
 }
 
 std::int64_t ParticleStore::prefetch_pages(Span<const std::int64_t> pages) {
+  BatchedPageIo reads(*file_, kBatchedReadDepth);
+  return prefetch_pages(pages, reads);
+}
+
+std::int64_t ParticleStore::prefetch_pages(Span<const std::int64_t> pages, BatchedPageIo& io) {
   for (const std::int64_t p : pages)
     if (p < 0 || p >= this->pages())
       throw InputError("store: prefetch of page " + std::to_string(p) + " outside the scratch file's pages [0, " +
                        std::to_string(this->pages()) + ")");
-  BatchedPageIo reads(*file_, kBatchedReadDepth);
-  return cache_->prefetch_many(pages, reads);
+  return cache_->prefetch_many(pages, io);
 }
 
 std::string ParticleStore::batched_reads() const { return batched_reads_; }
