@@ -350,6 +350,34 @@ def test_columns_written_through_fill_whole_pages_from_staging_and_leave_the_res
             s.write_through(n - 5, {"vel": vel[:10]})
 
 
+def test_an_eviction_writes_its_dirty_victim_back_with_other_cold_dirty_pages_in_one_batch(tmp_path):
+    """On a direct-I/O file, a pin that must evict a dirty page writes it back together with
+    up to 15 other dirty pages that are about to give way (cooled ones), their writes in
+    flight at once: those stay resident and clean, so the evictions that follow write
+    nothing, and every value reads back from the frames and, cold, from the file."""
+    per = PAGE // 8  # ids a page
+    n = 32 * per
+    ids = np.random.default_rng(23).integers(-2**62, 2**62, size=n)
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=32 * PAGE, page_bytes=PAGE,
+                       threads=2, read_ahead=0, io="auto") as s:
+        if s.io_mode != "direct":
+            pytest.skip(f"no O_DIRECT here ({s.stats()['io_detail']}): dirty victims go one at a time")
+        assert s.frames == 32
+        s.write("id", 0, ids)  # 32 dirty pages fill the cache
+        s.cool("id", 0, n)
+        s.reset_stats()
+        s.read("vel", 0, 1)  # a page of vel's x must come in: one victim, 15 neighbours cleaned with it
+        st = s.stats()
+        assert st["pages_written"] == 16 and st["pages_read"] == 0  # vel was never written: zeros
+        s.read("vel", per, per + 1)  # the next victim was cleaned already: nothing to write
+        assert s.stats()["pages_written"] == 16
+        s.flush()  # the 16 left dirty
+        assert s.stats()["pages_written"] == 32
+        assert np.array_equal(s.read("id", 0, n), ids)
+        s.evict_all()
+        assert np.array_equal(s.read("id", 0, n), ids)  # every page checked against its CRC32C
+
+
 def test_pos_and_mass_share_pages_column_after_column(tmp_path):
     """The page group "body": one page holds x, y, z, m of the same particles, each a
     contiguous column of page_bytes / 32 values, and its bytes on disk are those values."""

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -150,6 +151,10 @@ class PageCache {
   void complete_claim(const Claim& c, Access access, bool was_read);
   bool crc_matches(std::int64_t page, const unsigned char* data) const;
   void write_back(std::int64_t page, const unsigned char* data);
+  void clean_with_cold_neighbours(int victim, std::unique_lock<std::mutex>& lock);
+  /// AIO contexts for clean_with_cold_neighbours, one taken by each thread that cleans
+  /// (as many as ever cleaned at once); under mutex_.
+  std::vector<std::unique_ptr<BatchedPageIo>> idle_writers_;
   void read_in(std::int64_t page, unsigned char* data);
   void unpin(int frame);
   unsigned char* frame_data(int frame) const;

@@ -27,6 +27,10 @@ class EvictionPolicy {
     stamp_[f] = 0;
   }
 
+  /// Whether frame `f` is among the next to give way: CLOCK, not used since the hand last
+  /// passed it (or cooled); LRU, cooled.
+  bool cold(std::size_t f) const { return kind_ == Eviction::Clock ? ref_[f] == 0 : stamp_[f] == 0; }
+
   /// The frame to reuse among those where can_evict(f) holds, or -1 when none does.
   template <class CanEvict>
   int victim(CanEvict&& can_evict) {
