@@ -19,6 +19,7 @@
 
 #include "gravpipe/aligned_buffer.hpp"
 #include "gravpipe/batched_page_io.hpp"
+#include "gravpipe/error.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_file.hpp"
 #include "gravpipe/span.hpp"
@@ -159,6 +160,15 @@ class PageCache {
   void unpin(int frame);
   unsigned char* frame_data(int frame) const;
   std::string describe(std::int64_t page) const;
+  /// `e` (the file's error about `page`) with what the page holds appended, when a namer says.
+  StoreError named(const StoreError& e, std::int64_t page) const;
+  /// Raises the file's error for `doing` ("reading", "writing") `page` that failed with
+  /// errno `error`, the page named.
+  [[noreturn]] void fail_io(const char* doing, std::int64_t page, int error) const;
+  /// Records that `page`'s whole bytes, of CRC32C `crc`, reached the file; under mutex_.
+  /// Recorded only after the write completed: a failed or partial write leaves the old
+  /// checksum, so a torn page is reported as corrupt, never read as data.
+  void note_stored(std::int64_t page, std::uint32_t crc);
 
   const PageFile& file_;
   const std::int64_t pages_;

@@ -213,6 +213,10 @@ class ParticleStore {
     std::size_t stripe;
     std::size_t offset;  // bytes from a page's start to the column's first element
   };
+  /// The columns of cols[k]'s stripe among cols[k..] not yet taken (their indices in cols),
+  /// flagged taken; `fills`: they take each slot of the stripe's pages once.
+  std::vector<std::size_t> stripe_mates(const std::vector<const Column*>& cols, std::size_t k,
+                                        std::vector<std::uint8_t>& taken, bool& fills) const;
   /// Copy particles [begin, begin+count) of one column between the pages and a strided
   /// buffer (element k at buf + ((k - begin) * stride) * 8); a read with `read_ahead` hints
   /// the pages ahead of each page it reaches.

@@ -69,6 +69,28 @@ std::string PageCache::describe(std::int64_t page) const {
   return s;
 }
 
+StoreError PageCache::named(const StoreError& e, std::int64_t page) const {
+  // the file knows the page's number; the store knows what it holds
+  if (!namer_) return e;
+  return StoreError(std::string(e.what()) + " [" + describe(page) + "]", e.path(), e.page());
+}
+
+void PageCache::fail_io(const char* doing, std::int64_t page, int error) const {
+  try {
+    file_.fail(doing, page, error);
+  } catch (const StoreError& e) {
+    throw named(e, page);
+  }
+  throw std::logic_error("page cache: PageFile::fail returned");  // it always throws
+}
+
+void PageCache::note_stored(std::int64_t page, std::uint32_t crc) {
+  crc_[static_cast<std::size_t>(page)] = crc;
+  written_[static_cast<std::size_t>(page)] = kStored;
+  ++counters_.pages_written;
+  counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
+}
+
 PageHandle PageCache::pin(std::int64_t page, Access access, bool* stalled) {
   if (page < 0 || page >= pages_)
     throw InputError("page cache: page " + std::to_string(page) + " outside [0, " + std::to_string(pages_) + ")");
@@ -220,21 +242,11 @@ void PageCache::clean_with_cold_neighbours(int victim, std::unique_lock<std::mut
     Frame& fr = frames_[static_cast<std::size_t>(batch[k])];
     fr.state = State::Ready;
     if (errors[k] != 0) continue;
-    // recorded only after the whole page reached the file, as write_back does
-    crc_[static_cast<std::size_t>(pages[k].page)] = crcs[k];
-    written_[static_cast<std::size_t>(pages[k].page)] = kStored;
+    note_stored(pages[k].page, crcs[k]);
     fr.dirty = false;
-    ++counters_.pages_written;
-    counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
   }
   changed_.notify_all();
-  if (errors[0] == 0) return;
-  try {
-    file_.fail("writing", pages[0].page, errors[0]);
-  } catch (const StoreError& e) {  // as write_back names it
-    if (!namer_) throw;
-    throw StoreError(std::string(e.what()) + " [" + describe(pages[0].page) + "]", e.path(), e.page());
-  }
+  if (errors[0] != 0) fail_io("writing", pages[0].page, errors[0]);
 }
 
 // With the lock held: frame f is given to `page`, busy until complete_claim or drop_claim.
@@ -371,19 +383,11 @@ void PageCache::write_back(std::int64_t page, const unsigned char* data) {
   const std::uint32_t crc = crc32c(Span<const unsigned char>(data, page_bytes_));
   try {
     file_.write(page, Span<const unsigned char>(data, page_bytes_));
-  } catch (const StoreError& e) {  // the file knows the page's number; the store knows what it holds
-    if (!namer_) throw;
-    throw StoreError(std::string(e.what()) + " [" + describe(page) + "]", e.path(), e.page());
+  } catch (const StoreError& e) {
+    throw named(e, page);
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++counters_.pages_written;
-    counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
-  }
-  // Recorded only after the whole page reached the file: a failed or partial write leaves
-  // the old checksum, so a torn page is reported as corrupt, never read as data.
-  crc_[static_cast<std::size_t>(page)] = crc;
-  written_[static_cast<std::size_t>(page)] = kStored;
+  std::lock_guard<std::mutex> lock(mutex_);
+  note_stored(page, crc);
 }
 
 std::optional<PageHandle> PageCache::pin_if_resident(std::int64_t page) {
@@ -426,13 +430,7 @@ void PageCache::read_past(Span<const BatchedPageIo::Page> pages, BatchedPageIo& 
   std::vector<int> errors(stored.size());
   io.read(Span<const BatchedPageIo::Page>(stored.data(), stored.size()), Span<int>(errors.data(), errors.size()));
   for (std::size_t k = 0; k < stored.size(); ++k) {
-    if (errors[k] != 0) {
-      try {
-        file_.fail("reading", stored[k].page, errors[k]);
-      } catch (const StoreError& e) {
-        throw StoreError(std::string(e.what()) + " [" + describe(stored[k].page) + "]", e.path(), e.page());
-      }
-    }
+    if (errors[k] != 0) fail_io("reading", stored[k].page, errors[k]);
     if (!crc_matches(stored[k].page, stored[k].data)) read_in(stored[k].page, stored[k].data);  // raises, naming it
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -484,20 +482,11 @@ void PageCache::write_through(Span<const BatchedPageIo::Page> pages, BatchedPage
         if (failed < 0) failed = static_cast<std::int64_t>(k);
         continue;
       }
-      crc_[page] = crcs[k];
-      written_[page] = kStored;
-      ++counters_.pages_written;
+      note_stored(pages[k].page, crcs[k]);
       ++counters_.written_through;
-      counters_.bytes_written += static_cast<std::int64_t>(page_bytes_);
     }
   }
-  if (failed < 0) return;
-  const BatchedPageIo::Page& bad = pages[static_cast<std::size_t>(failed)];
-  try {
-    file_.fail("writing", bad.page, errors[static_cast<std::size_t>(failed)]);
-  } catch (const StoreError& e) {  // the file knows the page's number; the store knows what it holds
-    throw StoreError(std::string(e.what()) + " [" + describe(bad.page) + "]", e.path(), e.page());
-  }
+  if (failed >= 0) fail_io("writing", pages[static_cast<std::size_t>(failed)].page, errors[static_cast<std::size_t>(failed)]);
 }
 
 void PageCache::read_in(std::int64_t page, unsigned char* data) {

@@ -374,26 +374,71 @@ void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t beg
   if (!absent.empty()) read_absent();
 }
 
+namespace {
+
+/// Elements [begin, end) of a stripe whose every slot the caller fills (file pages base + p,
+/// `per` elements each): the pages the range covers whole go straight to the file through
+/// `io`, `room` at a time, page p's bytes from image(p, k) (k: its place in its batch); the
+/// partial pages at the ends, or the whole range when it covers no page whole, go to
+/// partial(b, n), through the cache.
+template <class Image, class Partial>
+void write_whole_pages(PageCache& cache, std::int64_t base, std::int64_t per, std::int64_t begin, std::int64_t end,
+                       std::int64_t room, BatchedPageIo& io, const Image& image, const Partial& partial) {
+  const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
+  if (first >= stop || room <= 0) {
+    partial(begin, end - begin);
+    return;
+  }
+  if (first * per > begin) partial(begin, first * per - begin);
+  std::vector<BatchedPageIo::Page> pages;
+  for (std::int64_t p0 = first; p0 < stop; p0 += room) {
+    const std::int64_t p1 = std::min(stop, p0 + room);
+    pages.clear();
+    for (std::int64_t p = p0; p < p1; ++p) pages.push_back({base + p, image(p, p - p0)});
+    cache.write_through(Span<const BatchedPageIo::Page>(pages.data(), pages.size()), io);
+  }
+  if (stop * per < end) partial(stop * per, end - stop * per);
+}
+
+}  // namespace
+
 void ParticleStore::write_column_through(const std::string& field, int component, std::int64_t begin,
                                          std::int64_t count, const void* values, BatchedPageIo& io) {
   const std::int64_t col = checked_column(field, component, begin, count);
   const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
-  const std::int64_t per = stripe.per_page, end = begin + count;
-  const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
+  const std::int64_t per = stripe.per_page, first = (begin + per - 1) / per;
   auto* bytes = static_cast<unsigned char*>(const_cast<void*>(values));  // only read from
-  unsigned char* whole = bytes + (first * per - begin) * kElementBytes;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(whole) % AlignedBuffer::kAlignment == 0;
-  if (stripe.width > 1 || first >= stop || !aligned) {
-    write_column(field, component, begin, count, values);
+  // the whole pages go from where they lie, so the first must start at an aligned address
+  const auto whole_at = static_cast<std::size_t>(first * per - begin) * kElementBytes;
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(bytes) + whole_at) % AlignedBuffer::kAlignment == 0;
+  const auto partial = [&](std::int64_t b, std::int64_t n) {
+    write_column(field, component, b, n, bytes + (b - begin) * kElementBytes);
+  };
+  if (stripe.width > 1 || !aligned) {
+    partial(begin, count);
     return;
   }
-  if (first * per > begin) write_column(field, component, begin, first * per - begin, values);
-  std::vector<BatchedPageIo::Page> pages;
-  pages.reserve(static_cast<std::size_t>(stop - first));
-  for (std::int64_t p = first; p < stop; ++p)
-    pages.push_back({stripe.base + p, whole + static_cast<std::size_t>(p - first) * page_bytes()});
-  cache_->write_through(Span<const BatchedPageIo::Page>(pages.data(), pages.size()), io);
-  if (stop * per < end) write_column(field, component, stop * per, end - stop * per, whole + (stop - first) * page_bytes());
+  write_whole_pages(
+      *cache_, stripe.base, per, begin, begin + count, std::max<std::int64_t>(1, stripe.pages), io,
+      [&](std::int64_t p, std::int64_t) { return bytes + whole_at + static_cast<std::size_t>(p - first) * page_bytes(); },
+      partial);
+}
+
+std::vector<std::size_t> ParticleStore::stripe_mates(const std::vector<const Column*>& cols, std::size_t k,
+                                                     std::vector<std::uint8_t>& taken, bool& fills) const {
+  const Stripe& stripe = stripes_[cols[k]->stripe];
+  std::vector<std::size_t> mates;
+  std::vector<std::uint8_t> slot_taken(static_cast<std::size_t>(stripe.width), 0);
+  fills = true;
+  for (std::size_t j = k; j < cols.size(); ++j) {
+    if (taken[j] || cols[j]->stripe != cols[k]->stripe) continue;
+    taken[j] = 1, mates.push_back(j);
+    const auto slot = cols[j]->offset / (static_cast<std::size_t>(stripe.per_page) * kElementBytes);
+    fills = fills && !slot_taken[slot];
+    slot_taken[slot] = 1;
+  }
+  fills = fills && static_cast<int>(mates.size()) == stripe.width;
+  return mates;
 }
 
 void ParticleStore::write_through(Span<const ColumnIn> columns, std::int64_t begin, std::int64_t count,
@@ -402,51 +447,31 @@ void ParticleStore::write_through(Span<const ColumnIn> columns, std::int64_t beg
   for (const ColumnIn& c : columns)
     cols.push_back(&columns_[static_cast<std::size_t>(checked_column(c.field, c.component, begin, count))]);
   if (count <= 0) return;
-  const std::int64_t end = begin + count;
-  std::vector<std::uint8_t> done(cols.size(), 0);
+  const auto room = static_cast<std::int64_t>(staging.size() / page_bytes());
+  std::vector<std::uint8_t> taken(cols.size(), 0);
   for (std::size_t k = 0; k < cols.size(); ++k) {
-    if (done[k]) continue;
-    // the columns of this one's stripe; they fill its pages when they take each slot once
+    if (taken[k]) continue;
+    bool fills = false;
+    const std::vector<std::size_t> mates = stripe_mates(cols, k, taken, fills);
     const Stripe& stripe = stripes_[cols[k]->stripe];
-    std::vector<std::size_t> mine;
-    std::vector<std::uint8_t> slot_taken(static_cast<std::size_t>(stripe.width), 0);
-    bool fills = true;
-    for (std::size_t j = k; j < cols.size(); ++j) {
-      if (done[j] || cols[j]->stripe != cols[k]->stripe) continue;
-      done[j] = 1, mine.push_back(j);
-      const auto slot = cols[j]->offset / (static_cast<std::size_t>(stripe.per_page) * kElementBytes);
-      fills = fills && !slot_taken[slot];
-      slot_taken[slot] = 1;
-    }
-    fills = fills && static_cast<int>(mine.size()) == stripe.width;
-    const auto through_the_cache = [&](std::int64_t b, std::int64_t n) {
-      for (const std::size_t j : mine)
-        write_column(columns[j].field, columns[j].component, b, n,
-                     static_cast<const unsigned char*>(columns[j].values) + (b - begin) * kElementBytes);
-    };
     const std::int64_t per = stripe.per_page;
-    const std::int64_t first = (begin + per - 1) / per, stop = end / per;  // whole pages [first, stop)
-    const auto room = static_cast<std::int64_t>(staging.size() / page_bytes());
-    if (!fills || first >= stop || room == 0) {
-      through_the_cache(begin, count);
-      continue;
-    }
-    if (first * per > begin) through_the_cache(begin, first * per - begin);
-    std::vector<BatchedPageIo::Page> pages;
-    for (std::int64_t p0 = first; p0 < stop; p0 += room) {
-      const std::int64_t p1 = std::min(stop, p0 + room);
-      pages.clear();
-      for (std::int64_t p = p0; p < p1; ++p) {
-        unsigned char* image = staging.data() + static_cast<std::size_t>(p - p0) * page_bytes();
-        for (const std::size_t j : mine)
-          std::memcpy(image + cols[j]->offset,
-                      static_cast<const unsigned char*>(columns[j].values) + (p * per - begin) * kElementBytes,
-                      static_cast<std::size_t>(per) * kElementBytes);
-        pages.push_back({stripe.base + p, image});
-      }
-      cache_->write_through(Span<const BatchedPageIo::Page>(pages.data(), pages.size()), io);
-    }
-    if (stop * per < end) through_the_cache(stop * per, end - stop * per);
+    const auto values_of = [&](std::size_t j, std::int64_t b) {
+      return static_cast<const unsigned char*>(columns[j].values) + (b - begin) * kElementBytes;
+    };
+    const auto partial = [&](std::int64_t b, std::int64_t n) {
+      for (const std::size_t j : mates) write_column(columns[j].field, columns[j].component, b, n, values_of(j, b));
+    };
+    // a page image in staging, every mate's values at its slot
+    const auto image = [&](std::int64_t p, std::int64_t at) {
+      unsigned char* page = staging.data() + static_cast<std::size_t>(at) * page_bytes();
+      for (const std::size_t j : mates)
+        std::memcpy(page + cols[j]->offset, values_of(j, p * per), static_cast<std::size_t>(per) * kElementBytes);
+      return page;
+    };
+    if (fills)
+      write_whole_pages(*cache_, stripe.base, per, begin, begin + count, room, io, image, partial);
+    else
+      partial(begin, count);
   }
 }
 
