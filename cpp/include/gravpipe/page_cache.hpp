@@ -122,6 +122,8 @@ class PageCache {
   void reset_counters();
   std::int64_t frames() const { return static_cast<std::int64_t>(frames_.size()); }
   std::int64_t pages() const { return pages_; }
+  /// The file the pages live in.
+  const PageFile& file() const { return file_; }
   /// Describes a page in error messages (the store names its field and particles).
   void set_page_namer(std::function<std::string(std::int64_t)> namer) { namer_ = std::move(namer); }
 

@@ -172,6 +172,7 @@ class ParticleStore {
   std::string batched_reads() const;
   /// Hand `page` to the read-ahead thread (never blocks; dropped when its queue is full).
   void hint(std::int64_t page) { read_ahead_->hint(page); }
+  void hint(Span<const std::int64_t> pages) { read_ahead_->hint(pages); }
   /// Pages the read-ahead thread looks ahead along a column.
   int read_ahead_pages() const { return read_ahead_pages_; }
 

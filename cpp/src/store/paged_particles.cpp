@@ -109,9 +109,12 @@ ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
     for (const std::int64_t base : bases_) p.pages.push_back(store_.pin(base + local));
     l.pinned.push_back(std::move(p));
     // a sweep along the curve (the moments) reads the following pages next
-    if (read_ahead_)
+    if (read_ahead_) {
+      std::vector<std::int64_t> ahead;  // hinted together: one wake of a read-ahead worker
       for (std::int64_t a = 1; a <= store_.read_ahead_pages() && (local + a) * per_page_ < store_.size(); ++a)
-        for (const std::int64_t base : bases_) store_.hint(base + local + a);
+        for (const std::int64_t base : bases_) ahead.push_back(base + local + a);
+      store_.hint(Span<const std::int64_t>(ahead.data(), ahead.size()));
+    }
     held = &l.pinned.back();
   }
   ++l.n_pinned;

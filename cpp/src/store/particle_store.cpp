@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 
@@ -230,11 +231,19 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
   std::int64_t hinted = -1;  // the last local page handed to read-ahead
   while (k < end) {
     const std::int64_t local = k / per_page;
-    // the reader goes on along the curve: the read-ahead thread loads the pages that follow
-    // while this one copies (inside a long range too, so a whole-column read streams)
-    if (!kWrite && read_ahead)
-      for (std::int64_t a = std::max(local, hinted) + 1; a <= local + read_ahead_pages_ && a < stripe.pages; ++a)
-        read_ahead_->hint(stripe.base + (hinted = a));
+    // the reader goes on along the curve: the read-ahead threads load the pages that follow
+    // while this one copies (inside a long range too, so a whole-column read streams), topped
+    // up to read_ahead_pages_ ahead once half of them are reached, so that a worker wakes
+    // for several pages and loads them in one request
+    if (!kWrite && read_ahead && hinted <= local + read_ahead_pages_ / 2) {
+      std::array<std::int64_t, 16> ahead;
+      std::size_t n = 0;
+      for (std::int64_t a = std::max(local, hinted) + 1; a <= local + read_ahead_pages_ && a < stripe.pages; ++a) {
+        ahead[n++] = stripe.base + (hinted = a);
+        if (n == ahead.size()) read_ahead_->hint(Span<const std::int64_t>(ahead.data(), n)), n = 0;
+      }
+      if (n > 0) read_ahead_->hint(Span<const std::int64_t>(ahead.data(), n));
+    }
     const std::int64_t page_first = local * per_page;
     const std::int64_t page_last = std::min(page_first + per_page, n_);  // one past
     const std::int64_t stop = std::min(end, page_last);

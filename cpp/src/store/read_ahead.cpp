@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "gravpipe/batched_page_io.hpp"
+
 namespace gravpipe {
 
 ReadAhead::ReadAhead(PageCache& cache, std::size_t queue_pages, int workers)
@@ -21,19 +23,21 @@ ReadAhead::~ReadAhead() {
   for (std::thread& t : threads_) t.join();
 }
 
-void ReadAhead::hint(std::int64_t page) {
+void ReadAhead::hint(Span<const std::int64_t> pages) {
   if (capacity_ == 0) return;
   // A sweep hints the same few pages ahead from every slice it reads (a walk's closing kick,
   // ~2048 particles a run, re-hints each page ~16 times), and a hint for a page already in the
   // cache would only wake the thread to find it there: each wake preempts a compute thread on
   // a machine with as many threads as cores (N = 1e7 walk: ~100k wakes, ~130k preemptions).
-  if (cache_.resident(page)) return;
-  {
+  bool queued = false;
+  for (const std::int64_t page : pages) {
+    if (cache_.resident(page)) continue;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.size() >= capacity_ || std::find(queue_.begin(), queue_.end(), page) != queue_.end()) return;
+    if (queue_.size() >= capacity_ || std::find(queue_.begin(), queue_.end(), page) != queue_.end()) continue;
     queue_.push_back(page);
+    queued = true;
   }
-  wake_.notify_one();
+  if (queued) wake_.notify_one();
 }
 
 void ReadAhead::cancel(std::int64_t page) {
@@ -54,23 +58,28 @@ std::int64_t ReadAhead::failures() const {
 }
 
 void ReadAhead::serve() {
+  // this worker's own requests in flight; where AIO is refused it reads one page at a time
+  BatchedPageIo reads(cache_.file(), static_cast<int>(kBatch));
+  std::vector<std::int64_t> batch;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (stop_) break;
-    const std::int64_t page = queue_.front();
-    queue_.pop_front();
+    batch.clear();
+    for (; !queue_.empty() && batch.size() < kBatch; queue_.pop_front()) batch.push_back(queue_.front());
+    // more left in line: another worker takes them while this one loads
+    if (!queue_.empty()) wake_.notify_one();
     ++working_;
     lock.unlock();
-    bool failed = false;
+    std::int64_t failed = 0;
     try {
-      cache_.prefetch(page);
+      failed = cache_.prefetch_many(Span<const std::int64_t>(batch.data(), batch.size()), reads);
     } catch (...) {  // reported again, with its message, by the reader's own pin
-      failed = true;
+      failed = 1;
     }
     lock.lock();
     --working_;
-    if (failed) ++failures_;
+    failures_ += failed;
     if (queue_.empty() && working_ == 0) idle_.notify_all();
   }
   idle_.notify_all();
