@@ -54,6 +54,7 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     row = json.loads(out.read_text())["ratio"][0]
     assert row["identical_to_in_core"]
     assert set(row["stage_cpu_seconds"]) == set(row["stage_bytes"]) == {"sort", "build_moments", "walk_forces"}
+    assert set(row["stage_context_switches"]) == set(row["stage_bytes"]) and " context switches)" in r.stdout
     walk_wall = row["stages"]["walk_forces"]
     assert 0 < row["stage_cpu_seconds"]["walk_forces"] <= walk_wall * (os.cpu_count() + 2) + 0.05
     pairs = row["seconds_per_repeat"]

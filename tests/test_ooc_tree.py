@@ -146,6 +146,9 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
             # each stage's CPU seconds (every thread of the process) over the same spans
             assert set(st.stage_cpu) == set(st.stage_bytes) and all(c > 0 for c in st.stage_cpu.values())
             assert sum(st.stage_cpu.values()) <= st.total * (os.cpu_count() + 2) + 0.05
+            # and the process's context switches, counted where each stage ends
+            assert set(st.stage_switches) == set(st.stage_bytes) and min(st.stage_switches.values()) >= 0
+            assert sum(st.stage_switches.values()) > 0  # several threads and direct I/O: some sleep
         pos, vel = o.gather("pos"), o.gather("vel")
         ids = o.gather("id")
     q = sim.particles

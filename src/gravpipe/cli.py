@@ -545,7 +545,7 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                    else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread "
                         f"({r['walk_prefetch_reads']})"))
             print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
-            print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"]))
+            print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"], r["stage_context_switches"]))
             if len(r["seconds_per_repeat"]) > 1:
                 print("  each repeat, in core and out of core back to back: " +
                       ", ".join(f"{a:.2f} / {b:.2f} s = {b / a:.3f}" for a, b in r["seconds_per_repeat"]) +
@@ -1107,15 +1107,16 @@ def _stage_traffic(stage_bytes: dict, seconds: dict, n: int) -> str:
     return "traffic (read + written): " + ", ".join(parts)
 
 
-def _stage_cpu(stage_cpu: dict, seconds: dict, threads: int) -> str:
-    """'CPU (all threads): sort 3.1 s (58% of 2 cores), ...': each stage's process CPU seconds
-    against its wall seconds times the threads; the rest the cores idled (on the disk) or ran
-    something else."""
+def _stage_cpu(stage_cpu: dict, seconds: dict, threads: int, switches: dict) -> str:
+    """'CPU (all threads): sort 3.1 s (58% of 2 cores, 21k context switches), ...': each stage's
+    process CPU seconds against its wall seconds times the threads (the rest the cores idled,
+    on the disk, or ran something else), and the process's context switches over the stage."""
     parts = []
     for stage, cpu in stage_cpu.items():
         secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
-        busy = f" ({100 * cpu / (secs * threads):.0f}% of {threads} cores)" if secs > 0 else ""
-        parts.append(f"{stage} {cpu:.2f} s{busy}")
+        busy = f"{100 * cpu / (secs * threads):.0f}% of {threads} cores, " if secs > 0 else ""
+        n = switches[stage]
+        parts.append(f"{stage} {cpu:.2f} s ({busy}{f'{n / 1e3:.1f}k' if n >= 10_000 else n} context switches)")
     return "CPU (all threads): " + ", ".join(parts)
 
 

@@ -170,6 +170,7 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "sort": st.sort_detail, "identical_to_in_core": identical,
                            "stage_bytes": {k: list(v) for k, v in st.stage_bytes.items()},
                            "stage_cpu_seconds": dict(st.stage_cpu),
+                           "stage_context_switches": dict(st.stage_switches),
                            "interactions": int(ts.pp_interactions + ts.pc_interactions),
                            "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
