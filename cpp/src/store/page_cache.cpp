@@ -81,7 +81,6 @@ void PageCache::fail_io(const char* doing, std::int64_t page, int error) const {
   } catch (const StoreError& e) {
     throw named(e, page);
   }
-  throw std::logic_error("page cache: PageFile::fail returned");  // it always throws
 }
 
 void PageCache::note_stored(std::int64_t page, std::uint32_t crc) {

@@ -30,12 +30,14 @@ void ReadAhead::hint(Span<const std::int64_t> pages) {
   // cache would only wake the thread to find it there: each wake preempts a compute thread on
   // a machine with as many threads as cores (N = 1e7 walk: ~100k wakes, ~130k preemptions).
   bool queued = false;
-  for (const std::int64_t page : pages) {
-    if (cache_.resident(page)) continue;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.size() >= capacity_ || std::find(queue_.begin(), queue_.end(), page) != queue_.end()) continue;
-    queue_.push_back(page);
-    queued = true;
+    for (const std::int64_t page : pages) {
+      if (queue_.size() >= capacity_) break;
+      if (cache_.resident(page) || std::find(queue_.begin(), queue_.end(), page) != queue_.end()) continue;
+      queue_.push_back(page);
+      queued = true;
+    }
   }
   if (queued) wake_.notify_one();
 }
