@@ -1,22 +1,55 @@
 #!/usr/bin/env bash
-# One command on a bare GPU machine: build gravpipe with CUDA, run the whole test suite
-# (the gpu-marked tests included), the CUDA pipeline's own check against a float64 direct
-# sum, and the GPU benchmarks. Results go to ${OUT:-gpu-out}/.
+# One command on a bare GPU machine: build gravpipe with CUDA (for the GPU present only),
+# run the gpu-marked tests, then the whole test suite (over the machine's cores when
+# pytest-xdist is there; failures rerun alone so that a parallel-only failure is told apart),
+# the CUDA pipeline's own check against a float64 direct sum, and the GPU benchmarks.
+# Results go to ${OUT:-gpu-out}/; a summary is printed last.
 #   bash benchmarks/gpu/run.sh [quick]      (from the repository root)
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-out}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+stamp() { echo "== $(date +%T) $*"; }
+stamp start
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
-GRAVPIPE_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps . > "$out/pip.txt" 2>&1 \
-  || { tail -30 "$out/pip.txt"; exit 1; }
-python3 -m pytest -q -rf 2>&1 | tee "$out/pytest.txt" | grep -E "FAILED|passed|failed|rror" || true
+lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
+
+stamp build
+GRAVPIPE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=native" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  python3 -m pip install -q --no-build-isolation --no-deps . > "$out/pip.txt" 2>&1 \
+  || { tail -40 "$out/pip.txt"; exit 1; }
+command -v gravpipe >/dev/null || export PATH="$(dirname "$(python3 -c "import sys; print(sys.executable)")"):$PATH"
+python3 -c "import gravpipe as gp; print('cuda backend:', gp.available_backends()['cuda'])"
+
+# the check program: the pipeline alone, with its own float64 reference
+stamp check program
 nvcc -O3 -std=c++17 -arch=native -Xcompiler -fopenmp -Icpp/include benchmarks/gpu/check_cuda_pipeline.cu \
-  cpp/src/cuda/cuda_pipeline.cu -o /tmp/check_cuda_pipeline
-/tmp/check_cuda_pipeline | tee "$out/check_cuda_pipeline.txt"
-[ "${1:-}" = quick ] && exit 0
-gravpipe bench transfer --plot "$out/transfer.png" --json "$out/transfer.json" 2>&1 | tail -8
-gravpipe bench direct --backend cuda --json "$out/direct_cuda.json" 2>&1
-gravpipe bench direct --backend cuda --sizes 1048576 --n-i 1024 --precision mixed 2>&1 | tail -6
-gravpipe bench hermite --backend cuda -n 262144 --t-end 0.125 --json "$out/hermite_cuda.json" 2>&1
+  cpp/src/cuda/cuda_pipeline.cu cpp/src/common/force_request_check.cpp cpp/src/common/format_number.cpp \
+  -o /tmp/check_cuda_pipeline && /tmp/check_cuda_pipeline > "$out/check_cuda_pipeline.txt" 2>&1
+echo "check program rc=$?"; tail -25 "$out/check_cuda_pipeline.txt"
+
+stamp gpu tests
+python3 -m pytest -q -rfs -m gpu -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.txt" | tail -15
+stamp whole suite
+parallel=()
+python3 -c "import xdist" 2>/dev/null && parallel=(-n "$(nproc)")
+timeout 180 python3 -m pytest -q -rf "${parallel[@]}" > "$out/pytest.txt" 2>&1
+tail -3 "$out/pytest.txt"
+if grep -q "^FAILED" "$out/pytest.txt"; then
+  stamp rerun failures alone
+  grep "^FAILED" "$out/pytest.txt" | sed 's/^FAILED \([^ ]*\).*/\1/' | sort -u | head -40 > /tmp/failed.txt
+  timeout 120 python3 -m pytest -q -rf $(cat /tmp/failed.txt) 2>&1 | tee "$out/pytest_rerun.txt" | tail -30
+fi
+if [ "${1:-}" != quick ]; then
+stamp benchmarks
+{
+  gravpipe bench transfer --plot "$out/transfer.png" --json "$out/transfer.json" 2>&1 | tail -8
+  gravpipe bench direct --backend cuda --json "$out/direct_cuda.json" 2>&1
+  gravpipe bench direct --backend cuda --sizes 1048576 --n-i 1024 --precision mixed 2>&1 | tail -6
+  gravpipe bench hermite --backend cuda -n 262144 --t-end 0.125 --json "$out/hermite_cuda.json" 2>&1
+} | tee "$out/bench.txt"
+stamp done
+fi
+# one archive back (the device tool returns at most 8 files)
+tar czf /tmp/gpu_results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/gpu_results.tgz "$out/gpu_results.tgz"
