@@ -48,7 +48,7 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     ratios, the bests being the least of those."""
     out = tmp_path / "r.json"
     r = gravpipe("bench", "ooc", "ratio", "-n", "30000", "--budget-fraction", "10", "--scratch", tmp_path,
-                 "--repeat", "2", "--json", out, timeout=300)
+                 "--threads", "2", "--repeat", "2", "--json", out, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "bitwise equal: True" in r.stdout and "CPU (all threads): sort " in r.stdout, r.stdout
     row = json.loads(out.read_text())["ratio"][0]
@@ -259,9 +259,12 @@ def _cores() -> int:
 
 
 def test_threads_beyond_the_cores_warn_once(capsys):
-    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores() + 1)
+    # --backend cpu: threads are a CPU option, refused where "auto" would run on a GPU
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--backend", "cpu", "--threads",
+                              _cores() + 1)
     assert code == 0
     warnings = [ln for ln in err.splitlines() if "warning" in ln]
     assert len(warnings) == 1 and f"--threads {_cores() + 1}" in warnings[0] and f"{_cores()} cores" in warnings[0]
-    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--threads", _cores())
+    code, out, err = run_main(capsys, "forces", "-n", "64", "--check", "0", "--backend", "cpu", "--threads",
+                              _cores())
     assert code == 0 and err == ""

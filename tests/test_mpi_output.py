@@ -16,12 +16,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from mpi_launch import MPI_ENV, find_mpiexec
 
 import gravpipe as gp
 
 pytest.importorskip("mpi4py")
-MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
-if not Path(MPIEXEC).exists():
+MPIEXEC = find_mpiexec()
+if MPIEXEC is None:
     pytest.skip("mpiexec not found (pip install 'gravpipe[mpi]')", allow_module_level=True)
 
 CASE = Path(__file__).parent / "mpi" / "output_case.py"
@@ -30,7 +31,7 @@ CASE = Path(__file__).parent / "mpi" / "output_case.py"
 def mpirun(ranks: int, case: str, *args: str, cwd: Path) -> dict[str, np.ndarray]:
     out = cwd / f"out_{ranks}_{case}.npz"
     r = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", str(CASE), case, str(out), *args],
-                       cwd=cwd, capture_output=True, text=True, timeout=300)
+                       cwd=cwd, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     with np.load(out) as f:
         return {k: f[k] for k in f.files}

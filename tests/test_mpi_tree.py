@@ -17,13 +17,13 @@ Skipped when mpi4py or mpiexec is missing (``pip install 'gravpipe[mpi]'``).
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_launch import MPI_ENV, mpiexec
 from reference import direct_sum_f64
 from tree_models import MODELS, small_plummer
 
@@ -131,18 +131,10 @@ def test_graft_rejects_malformed_pieces():
 
 # ---- under mpiexec ---------------------------------------------------------------------------
 
-def mpiexec() -> str:
-    pytest.importorskip("mpi4py")
-    exe = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
-    if not Path(exe).exists():
-        pytest.skip("mpiexec not found (pip install 'gravpipe[mpi]')")
-    return exe
-
-
 def mpirun(ranks: int, *args: str, cwd: Path, tag: str = "") -> dict[str, np.ndarray]:
     out = cwd / f"result_{ranks}_{args[0]}{tag}.npz"
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", str(CASE), args[0], str(out), *args[1:]]
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=cwd, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     with np.load(out) as f:
         return {k: f[k] for k in f.files}
@@ -197,7 +189,7 @@ def test_kill_and_resume_on_the_same_ranks_is_bit_identical(tmp_path):
 def test_cli_tree_run_under_mpiexec(tmp_path):
     exe = Path(sys.executable).parent / "gravpipe"
     r = subprocess.run([mpiexec(), "-n", "2", str(exe), "run", "-n", "2048", "--gravity", "tree", "--t-end", "0.125",
-                        "--no-progress"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                        "--no-progress"], cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("energy error") == 1 and "domain-decomposed treecode over 2 MPI ranks" in r.stdout
     assert "load imbalance" in r.stdout and "comm" in r.stdout

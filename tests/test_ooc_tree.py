@@ -95,7 +95,7 @@ def test_build_shared_among_threads_makes_the_in_core_cells_and_groups(tmp_path,
 def test_forces_against_float64_direct_sum(tmp_path):
     n = 8000
     p = gp.ic.plummer(n, seed=11)
-    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, page_bytes=PAGE) as o:
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, threads=2, page_bytes=PAGE) as o:
         o.forces()
         acc = o.gather("acc")
     rng = np.random.default_rng(0)
@@ -219,7 +219,7 @@ def test_checkpoint_resume_keeps_ids_written_from_the_index(tmp_path):
 
 
 def test_sort_refuses_ids_both_carried_and_written_from_the_index(tmp_path):
-    with OutOfCore.from_particles(gp.ic.plummer(500, seed=1), tmp_path, "64MiB", page_bytes=PAGE) as o:
+    with OutOfCore.from_particles(gp.ic.plummer(500, seed=1), tmp_path, "64MiB", threads=2, page_bytes=PAGE) as o:
         with pytest.raises(ValueError, match="'id' is written from the index"):
             _core.store_sort_by_curve(o.store._core, ["pos", "vel", "mass", "id"], RUN * 1024, 1, None,
                                       id_from_index=0)
@@ -288,7 +288,7 @@ def test_non_finite_force_raises_naming_the_particle(tmp_path):
     on the walk, raises the in-core leapfrog's IntegrationError naming one of them."""
     n = 2000
     p = gp.ic.plummer(n, seed=6)
-    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=0.0, page_bytes=PAGE) as o:
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=0.0, threads=2, page_bytes=PAGE) as o:
         o.forces()
         slot = {int(i): k for k, i in enumerate(o.store.read("index", 0, n))}
         a, b = slot[700], slot[1500]
@@ -499,7 +499,7 @@ def test_scratch_removed_when_filling_fails(tmp_path):
     pos[700, 0] = np.nan  # past the first chunks: the store exists and has pages when it fails
     bad = SimpleNamespace(pos=pos, vel=p.vel, mass=p.mass, id=p.id)
     with pytest.raises(ValueError, match="finite"):
-        OutOfCore.from_particles(bad, tmp_path, "32MiB", page_bytes=PAGE, chunk=256)
+        OutOfCore.from_particles(bad, tmp_path, "32MiB", threads=2, page_bytes=PAGE, chunk=256)
     assert os.listdir(tmp_path) == []
 
 
@@ -641,7 +641,7 @@ def test_tree_over_a_store_out_of_curve_order_is_refused_naming_the_key(tmp_path
     place and the remedy, rather than building a wrong tree."""
     n = 5000
     p = gp.ic.plummer(n, seed=3)
-    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, page_bytes=PAGE) as o:
+    with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, threads=2, page_bytes=PAGE) as o:
         o.forces()  # sorted: the store is in curve order now
         keys = o.store.read("key", 0, n)
         assert np.all(np.diff(keys) >= 0)

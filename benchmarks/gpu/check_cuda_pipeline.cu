@@ -1,7 +1,7 @@
 // Correctness and speed of CudaPipeline on a GPU machine, against an independent float64
 // direct sum written here. Built and run by benchmarks/gpu/run.sh.
 //
-//   check_cuda_pipeline [n_check=3000] [n_big=262144] [n_huge=1048576]
+//   check_cuda_pipeline [n_check=3000] [n_big=262144] [n_huge=1048576] [seed=random]
 //
 // 1. Accuracy (relative RMS over particles, as tests/test_pipeline.py measures it): Gaussian
 //    and clustered sets (a dense clump and hard pairs), eps 1/64 and 1e-4, shifted by 1e5 for
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -90,6 +91,17 @@ double rel_rms(const std::vector<double>& x, const std::vector<double>& ref) {
   return std::sqrt(dn / rn);
 }
 
+/// FNV-1a over the bytes of the arrays: equal digests mean bitwise-equal results (builds
+/// of different kernel shapes compared on the same seed).
+std::uint64_t digest(std::initializer_list<const std::vector<double>*> arrays) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto* v : arrays) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v->data());
+    for (std::size_t k = 0; k < v->size() * sizeof(double); ++k) h = (h ^ b[k]) * 1099511628211ull;
+  }
+  return h;
+}
+
 int check_case(const char* name, Set s, double eps, double shift, std::size_t stride) {
   for (std::size_t k = 0; k < s.n(); ++k) s.pos[3 * k] += shift, s.pos[3 * k + 1] -= 0.5 * shift;
   std::vector<std::size_t> rows;
@@ -120,9 +132,10 @@ int check_case(const char* name, Set s, double eps, double shift, std::size_t st
     failures += !ok;
     const auto st = pipe.stats();
     std::printf("accuracy %-6s %-22s N=%6zu n_i=%6zu: acc %.2e pot %.2e jerk %.2e | acc+pot kernel: acc %.2e pot %.2e"
-                " | far tiles %.0f%%  %s\n",
+                " | far tiles %.0f%% | digest %016llx  %s\n",
                 p == Precision::Mixed ? "mixed" : "double", name, n, ni, ea, ep, ej, ea2, ep2,
-                st.tile_visits ? 100.0 * st.far_tile_visits / st.tile_visits : 0.0, ok ? "ok" : "FAIL");
+                st.tile_visits ? 100.0 * st.far_tile_visits / st.tile_visits : 0.0,
+                static_cast<unsigned long long>(digest({&acc, &pot, &jerk, &acc2, &pot2})), ok ? "ok" : "FAIL");
   }
   return failures;
 }
@@ -192,10 +205,12 @@ void speed(const Set& s, std::size_t n_i, Precision p, bool jerk) {
   }
   const auto st = pipe.stats();
   const double inter = static_cast<double>(n) * n_i;
-  std::printf("speed %-6s %-12s N_j=%8zu n_i=%8zu: %.3e interactions/s compute (%.3e whole call; %.3f ms) far %.0f%%\n",
+  std::printf("speed %-6s %-12s N_j=%8zu n_i=%8zu: %.3e interactions/s compute (%.3e whole call; %.3f ms) far %.0f%%"
+              " | digest %016llx\n",
               p == Precision::Mixed ? "mixed" : "double", jerk ? "acc+jerk+pot" : "acc+pot", n, n_i,
               inter / best_compute, inter / best_wall, 1e3 * best_wall,
-              st.tile_visits ? 100.0 * st.far_tile_visits / st.tile_visits : 0.0);
+              st.tile_visits ? 100.0 * st.far_tile_visits / st.tile_visits : 0.0,
+              static_cast<unsigned long long>(digest({&acc, &pot, &jrk})));
 }
 
 }  // namespace
@@ -204,7 +219,7 @@ int main(int argc, char** argv) try {
   const std::size_t n_check = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 3000;
   const std::size_t n_big = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 262144;
   const std::size_t n_huge = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1048576;
-  const std::uint64_t seed = std::random_device{}();
+  const std::uint64_t seed = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   int failures = 0;
   failures += check_case("gaussian eps=1/64", gaussian(n_check, seed), 1.0 / 64, 0, 1);
