@@ -33,8 +33,10 @@ using gravpipe::bindings::to_numpy;
 
 TreeParams params_from(double eps, double G, double theta, bool quadrupole, double quad_tol, int n_leaf,
                        int n_crit, double alpha, int threads, const std::string& precision,
-                       bool local_expansion = true, const std::string& isa = "auto") {
+                       bool local_expansion = true, const std::string& isa = "auto",
+                       const std::string& backend = "cpu", int device = 0) {
   TreeParams p;
+  p.backend = backend, p.device = device;
   p.isa = isa;
   p.local_expansion = local_expansion;
   p.precision = parse_precision(precision);
@@ -182,9 +184,10 @@ void bind_tree(nb::module_& m) {
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
               bool local_expansion, const std::string& isa,
-              std::optional<std::tuple<std::array<double, 3>, double>> frame) {
+              std::optional<std::tuple<std::array<double, 3>, double>> frame, const std::string& backend,
+              int device) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha, threads,
-                                              precision, local_expansion, isa);
+                                              precision, local_expansion, isa, backend, device);
              CurveBox box;
              if (frame) {
                const auto& [lo, scale] = *frame;
@@ -200,7 +203,8 @@ void bind_tree(nb::module_& m) {
            nb::arg("pos"), nb::arg("mass"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"),
            nb::arg("quadrupole"), nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"),
            nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"), nb::arg("local_expansion"),
-           nb::arg("isa") = "auto", nb::arg("frame").none() = nb::none())
+           nb::arg("isa") = "auto", nb::arg("frame").none() = nb::none(), nb::arg("backend") = "cpu",
+           nb::arg("device") = 0)
       .def("self_forces",
            [](Tree& t, Vec3Out acc, ScalarsOut pot) { t.self_forces(span_of(acc), span_of(pot)); },
            nb::arg("acc"), nb::arg("pot"), nb::call_guard<nb::gil_scoped_release>())
@@ -213,21 +217,23 @@ void bind_tree(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("n", &Tree::size)
       .def_prop_ro("isa", [](const Tree& t) { return isa_name(t.isa()); })
+      .def_prop_ro("device_name", &Tree::device_name, "The GPU the lists run on (backend 'cuda'), else ''.")
       .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
 
   nb::class_<PagedTreeBox>(m, "PagedTree")
       .def("__init__",
            [](PagedTreeBox* self, bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
-              bool local_expansion, const std::string& isa, std::uint64_t keep_free) {
+              bool local_expansion, const std::string& isa, std::uint64_t keep_free, const std::string& backend) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
-                                              precision, local_expansion, isa);
+                                              precision, local_expansion, isa, backend);
              nb::gil_scoped_release release;
              new (self) PagedTreeBox(box, p, keep_free);
            },
            nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
-           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::keep_alive<1, 2>())
+           nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::arg("backend") = "cpu",
+           nb::keep_alive<1, 2>())
       .def(
           "self_forces",
           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,
@@ -302,14 +308,14 @@ void bind_tree(nb::module_& m) {
       .def("__init__",
            [](TreeForceProvider* self, double eps, double G, double theta, bool quadrupole, double quad_tol,
               int n_leaf, int n_crit, double alpha, int threads, const std::string& precision,
-              const std::string& isa) {
+              const std::string& isa, const std::string& backend, int device) {
              new (self) TreeForceProvider(params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, alpha,
-                                                      threads, precision, true, isa));
+                                                      threads, precision, true, isa, backend, device));
            },
            nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"),
            nb::arg("n_crit"), nb::arg("alpha"), nb::arg("threads"), nb::arg("precision"),
-           nb::arg("isa") = "auto")
+           nb::arg("isa") = "auto", nb::arg("backend") = "cpu", nb::arg("device") = 0)
       .def("set_j",
            [](TreeForceProvider& p, CVec3 pos, CScalars mass, std::optional<CVec3> vel) {
              p.set_j(span_of(pos), span_of(mass), span_of(vel));

@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--threads", type=_positive_int, default=None)
     bt.add_argument("--precision", choices=["mixed", "double"], default="mixed",
                     help="tree kernels (default mixed; the direct reference is always double)")
+    bt.add_argument("--backend", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: time the tree with its lists on the GPU next to the CPU lists, same run "
+                         "(first model, first theta (default 0.6), --sizes default 1000000; --quick: 100000)")
     bt.add_argument("--quick", action="store_true",
                     help="N = 20000, 100000, theta 0.6 0.8, repeat 1 (options given explicitly still apply)")
     bt.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
@@ -775,6 +778,8 @@ def _bench_tree(args: argparse.Namespace) -> int:
 
     from gravpipe.bench import machine, tree
 
+    if args.backend == "cuda":
+        return _bench_tree_backends(args)
     settings = _tree_bench_settings(args)
     console = Console(stderr=args.json == "-")
     if not console.is_terminal:  # a file or a pipe: keep the tables' columns whole
@@ -790,6 +795,34 @@ def _bench_tree(args: argparse.Namespace) -> int:
         console.print(table)
     console.print(tree.summary(results, references), highlight=False, soft_wrap=True)
     _emit_json(args.json, lambda: tree.as_json(results, references, info), console)
+    return 0
+
+
+def _bench_tree_backends(args: argparse.Namespace) -> int:
+    """``gravpipe bench tree --backend cuda``: the GPU lists timed next to the CPU lists."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from gravpipe.backends import resolve_backend
+    from gravpipe.bench import machine, tree
+
+    resolve_backend("cuda")  # BackendUnavailableError (exit code) before any work
+    sizes = args.sizes or ([100_000] if args.quick else [1_000_000])
+    theta = args.theta[0] if args.theta else 0.6
+    console = Console(stderr=args.json == "-")
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    info = machine.describe()
+    console.print(f"[bold]gravpipe bench tree --backend cuda[/bold]  {info['cpu']}, {info['openmp_threads']} "
+                  f"threads, GPU {machine.gpu_name()}, precision mixed, best of {args.repeat or 1}",
+                  highlight=False)
+    with console.status("") as status:
+        rows = tree.compare_backends(sizes, args.models[0], theta, args.eps, args.repeat or 1, args.threads,
+                                     progress=lambda msg: status.update(msg))
+    console.print(tree.backend_table(rows))
+    _emit_json(args.json, lambda: {"machine": info, "gpu": machine.gpu_name(), "rows": [asdict(r) for r in rows]},
+               console)
     return 0
 
 

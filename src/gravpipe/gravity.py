@@ -93,12 +93,14 @@ def _direct_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, ep
 
 def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None, comm: Any | None,
                 theta: float) -> TreeGravity | DomainTreeGravity:
-    if backend == "cuda":
-        raise ValueError("backend: gravity='tree' runs on the CPU; got backend='cuda' (use 'cpu' or 'auto')")
-    resolve_backend(backend)  # an unknown backend name is still an error
     if comm is not None:  # locally essential trees over the ranks' curve domains
+        if backend == "cuda":
+            raise ValueError("backend='cuda': the tree over MPI ranks (comm) evaluates its lists on the CPU only; "
+                             "use backend='cpu' or one process")
+        resolve_backend(backend)  # an unknown backend name is still an error
         return DomainTreeGravity(comm, eps, G, theta=theta, threads=threads, precision=precision)
-    return TreeGravity(eps, G, theta=theta, threads=threads, precision=precision)
+    # "auto" keeps the tree on the CPU; "cuda" puts its lists on the GPU (TreeGravity)
+    return TreeGravity(eps, G, theta=theta, threads=threads, precision=precision, backend=backend)
 
 
 def _tree_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
@@ -124,7 +126,7 @@ GRAVITY: dict[str, GravityKind] = {
         build=_build_direct, diagnostic_potential=_direct_potential),
     "tree": GravityKind(
         "tree", "Barnes-Hut treecode with quadrupoles and grouped lists, O(N log N)", delivers_jerk=False,
-        backends=("cpu",), params={"theta": _CORE_DEFAULTS["tree"]["theta"]}, default_integrator="leapfrog",
+        backends=("cpu", "cuda"), params={"theta": _CORE_DEFAULTS["tree"]["theta"]}, default_integrator="leapfrog",
         # a float64 tree at theta 0.25 costs 7-12 evaluations at the default theta (N = 1.6e4 .. 2e6,
         # BENCHMARKS "Out-of-core runs"): a row every 200 keeps rows near 5% of a run
         row_work=200,
@@ -162,14 +164,13 @@ def accel(pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
     method "direct": all pairs on the pipeline (accuracy as for :class:`Pipeline`).
     method "tree": the Barnes-Hut treecode with opening angle ``theta`` (default: the
     core's, ``GRAVITY["tree"].params["theta"]``) and quadrupoles, ``precision`` for its list
-    kernels (accuracy in :mod:`gravpipe.tree`); it runs on the CPU, so ``backend`` must be
-    "auto" or "cpu".
+    kernels (accuracy in :mod:`gravpipe.tree`); its lists run on the CPU ("auto", "cpu") or,
+    with ``backend="cuda"``, on the GPU (mixed precision).
     """
     kind, params = resolve(method, {"theta": theta}, option="method")
     if kind.name == "tree":
-        if backend not in ("auto", "cpu"):
-            raise ValueError(f"backend: method='tree' runs on the CPU; got backend={backend!r}")
-        return Tree(pos, mass, eps=eps, G=G, threads=threads, precision=precision, **params).forces()
+        return Tree(pos, mass, eps=eps, G=G, threads=threads, precision=precision, backend=backend,
+                    **params).forces()
     pipe = Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
     pipe.set_j(pos, mass)
     return pipe.forces(pos, exclude=np.arange(pipe.n_j, dtype=np.int64))

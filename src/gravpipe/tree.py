@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe.backends import resolve_isa
+from gravpipe.backends import resolve_backend, resolve_isa
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 from gravpipe.pipeline import PipelineStats
 from gravpipe.tree_params import (  # noqa: F401  (re-exported: gravpipe.tree is where users find them)
@@ -52,6 +52,22 @@ from gravpipe.tree_params import (  # noqa: F401  (re-exported: gravpipe.tree is
     check_tree_params)
 
 __all__ = ["Tree", "TreeStats", "check_tree_params"]
+
+
+def tree_backend(backend: str, precision: str) -> str:
+    """Where a tree's lists are evaluated: "cpu" or "cuda". "auto" is "cpu" for the tree
+    (the GPU lists are asked for by name, never switched to). "cuda" raises
+    :class:`BackendUnavailableError` when this build or machine has no usable GPU, and
+    ``ValueError`` with precision "double" (the GPU list kernel is mixed precision)."""
+    if backend not in ("auto", "cpu", "cuda"):
+        resolve_backend(backend)  # the error for an unknown name
+    if backend != "cuda":
+        return "cpu"
+    resolve_backend("cuda")
+    if precision != "mixed":
+        raise ValueError(f"precision={precision!r}: the tree's GPU list kernel (backend='cuda') is mixed "
+                         "precision only; use precision='mixed' or backend='cpu'")
+    return "cuda"
 
 
 class Tree:
@@ -92,6 +108,10 @@ class Tree:
         keyed in, which decides the octree's cells (not the accuracy: cells are measured by
         their particles). Default: their bounding cube. ``TreeGravity.frame`` gives a run
         step's, so that a tree of the same cells can be built again (the run's diagnostics).
+    backend : where the lists are evaluated: "cpu" (the ``isa``'s kernels), "cuda" (an
+        NVIDIA GPU, mixed precision, in core only: the walk stays on the CPU threads, the
+        lists go to the GPU in batches; forces differ from the CPU's by float32 rounding,
+        ~1e-7 relative) or "auto" (= "cpu": the tree never moves to the GPU unasked).
     """
 
     def __init__(self, pos: ArrayLike, mass: ArrayLike, eps: float = 0.0, G: float = 1.0, *,
@@ -100,7 +120,7 @@ class Tree:
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
                  precision: str = "mixed", local_expansion: bool = True, isa: str = "auto",
                  memory_budget: str | int | None = None, scratch: str | None = None,
-                 frame: tuple[Sequence[float], float] | None = None):
+                 frame: tuple[Sequence[float], float] | None = None, backend: str = "auto"):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -114,6 +134,10 @@ class Tree:
             raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
         self.local_expansion = bool(local_expansion)
         self._ooc = None
+        if (memory_budget is not None or scratch is not None) and backend == "cuda":
+            raise ValueError("backend='cuda': the out-of-core tree (memory_budget/scratch) evaluates its lists on "
+                             "the CPU only; use backend='cpu' or the in-core tree")
+        self.backend = tree_backend(backend, self.precision)
         if memory_budget is not None or scratch is not None:
             if frame is not None:
                 raise ValueError("frame: out of core the tree keeps the store's curve order (leave frame out)")
@@ -122,7 +146,8 @@ class Tree:
         if frame is not None:
             frame = ([float(x) for x in frame[0]], float(frame[1]))
         self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                nthreads, precision, self.local_expansion, resolve_isa(isa), frame)
+                                nthreads, precision, self.local_expansion, resolve_isa(isa), frame,
+                                self.backend)
 
     def _out_of_core(self, pos, mass, memory_budget, scratch, alpha: float, threads: int, isa: str):
         from gravpipe.ooc import OutOfCore
@@ -228,23 +253,24 @@ class TreeGravity:
     lists). Jerks are not available, so only shared-step integrators can use it.
     """
 
-    backend = "cpu"
-
     def __init__(self, eps: float, G: float, *, theta: float = DEFAULT_THETA, quadrupole: bool = True,
                  quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None,
-                 threads: int | None = None, precision: str = "mixed", isa: str = "auto"):
+                 threads: int | None = None, precision: str = "mixed", isa: str = "auto", backend: str = "auto"):
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
         theta, n_leaf, n_crit, a, nthreads = check_tree_params(theta, n_leaf, n_crit, alpha, threads)
         self.theta = theta
         quad_tol = check_quad_tol(quad_tol)
         self.precision = _check_precision(precision)
+        #: "cpu" or "cuda" (the lists on the GPU; "auto" stays on the CPU: tree_backend)
+        self.backend: str = tree_backend(backend, self.precision)
         self._impl = _core.TreeForceProvider(eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                             nthreads, self.precision, resolve_isa(isa))
+                                             nthreads, self.precision, resolve_isa(isa), self.backend)
         self.threads: int = nthreads or _core.max_threads()
         self.isa: str = self._impl.isa
-        self.backend_detail = (f"treecode theta={theta}, precision={self.precision}, isa={self.isa}, "
+        lists = "lists on GPU device 0" if self.backend == "cuda" else f"isa={self.isa}"
+        self.backend_detail = (f"treecode theta={theta}, precision={self.precision}, {lists}, "
                                f"threads={self.threads}")
 
     @property

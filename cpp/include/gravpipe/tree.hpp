@@ -35,6 +35,8 @@
 
 namespace gravpipe {
 
+class CudaTreeLists;  // cuda_tree_lists.hpp
+
 /// Deepest octree level: 21 bits per axis of the Morton key. Cells at this level are
 /// leaves whatever their count, so identical coordinates cannot recurse forever.
 constexpr int kTreeMaxLevel = 21;
@@ -63,10 +65,18 @@ struct TreeParams {
   int threads = 0;          // <= 0: all OpenMP threads
   Precision precision = Precision::Mixed;  // of the list kernels (pipeline_types.hpp)
   std::string isa = "auto";                // of the list kernels, resolved as resolve_isa does
+  /// Where the lists are evaluated: "cpu" (the isa's kernels) or "cuda" (an NVIDIA GPU,
+  /// cuda_tree_lists.hpp; mixed precision and the in-core Tree only). The walk and the
+  /// gathering run on the CPU threads either way.
+  std::string backend = "cpu";
+  int device = 0;  // CUDA device number, for backend "cuda"
 };
 
 /// Throws InputError naming the first bad parameter (theta, eps, n_leaf, ...).
 void check_tree_params(const TreeParams& p);
+/// Throws InputError when p asks for backend "cuda": `who` (a tree without a GPU path:
+/// the out-of-core and the domain trees) names itself in the message.
+void refuse_tree_cuda(const TreeParams& p, const std::string& who);
 
 /// Work and time of the last force evaluation (and of the build that preceded it).
 /// "per body" figures are totals divided by the number of i-particles.
@@ -338,6 +348,9 @@ struct TreeStorage {
   std::vector<std::int64_t> order, rank;
   std::vector<double> x, y, z, m, a_old;
   TreeNodes nodes;
+  /// The GPU's lanes of backend "cuda" (pinned and device buffers, streams), handed on
+  /// like the arrays so that each step's tree reuses them; null for backend "cpu".
+  std::shared_ptr<CudaTreeLists> device;
 };
 
 /// A tree over one set of source particles. Throws InputError for bad parameters or a
@@ -373,6 +386,8 @@ class Tree {
   Isa isa() const { return isa_; }
   std::size_t size() const { return arrays_.m.size(); }
   const TreeNodes& nodes() const { return arrays_.nodes; }
+  /// The GPU its lists run on ("NVIDIA H100 ..."), or "" for backend "cpu".
+  std::string device_name() const;
 
  private:
   /// The sources, in curve order, through the in-core accessor.

@@ -21,6 +21,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "device_lanes.cuh"
 #include "device_sets.cuh"
 #include "gravpipe/mixed_precision.hpp"  // split_double, the CPU's hi + lo split
 #include "gravpipe/pair_interaction.hpp"
@@ -28,30 +29,6 @@
 namespace gravpipe::cuda {
 
 constexpr double kFarGap = 1.0;  // far: box gap >= kFarGap * block radius
-
-// ---- one-lane device types for add_pair -------------------------------------------------
-struct DF {
-  float v;
-};
-struct DD {
-  double v;
-};
-__device__ inline DF operator+(DF a, DF b) { return {a.v + b.v}; }
-__device__ inline DF operator*(DF a, DF b) { return {a.v * b.v}; }
-__device__ inline DF fmadd(DF a, DF b, DF c) { return {fmaf(a.v, b.v, c.v)}; }
-__device__ inline DF fnmadd(DF a, DF b, DF c) { return {fmaf(-a.v, b.v, c.v)}; }
-__device__ inline DD operator+(DD a, DD b) { return {a.v + b.v}; }
-__device__ inline DD operator*(DD a, DD b) { return {a.v * b.v}; }
-__device__ inline DD fmadd(DD a, DD b, DD c) { return {fma(a.v, b.v, c.v)}; }
-__device__ inline DD fnmadd(DD a, DD b, DD c) { return {fma(-a.v, b.v, c.v)}; }
-
-/// Hardware reciprocal square root (MUFU, ~2^-23 relative), flush-to-zero: no slow path.
-__device__ inline DF rsqrt_lane(DF x) {
-  float r;
-  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x.v));
-  return {r};
-}
-__device__ inline DD rsqrt_lane(DD x) { return {rsqrt(x.v)}; }
 
 /// The i-set of one call, in the caller's order, and the curve order to visit it in.
 struct IView {

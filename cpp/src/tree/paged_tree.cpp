@@ -55,6 +55,7 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
       prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
       keep_free_(keep_free) {
   check_tree_params(params_);
+  refuse_tree_cuda(params_, "the out-of-core tree (memory_budget/scratch)");
   if (params_.alpha > 0)
     throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
                      "which the out-of-core tree does not keep; use alpha = 0");

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "gravpipe/cuda_tree_lists.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
@@ -25,6 +26,18 @@ void check_tree_params(const TreeParams& p) {
   if (p.n_leaf < 1) throw InputError("n_leaf: must be >= 1");
   if (p.n_crit < 1) throw InputError("n_crit: must be >= 1");
   if (!finite_nonneg(p.alpha)) throw InputError("alpha: must be finite and >= 0");
+  if (p.backend != "cpu" && p.backend != "cuda")
+    throw InputError("tree backend: expected 'cpu' or 'cuda', got '" + p.backend + "'");
+  if (p.backend == "cuda" && p.precision != Precision::Mixed)
+    throw InputError("tree backend 'cuda': the GPU list kernel is mixed precision only; use precision 'mixed' or "
+                     "backend 'cpu'");
+  if (p.device < 0) throw InputError("tree device: must be >= 0");
+}
+
+void refuse_tree_cuda(const TreeParams& p, const std::string& who) {
+  if (p.backend == "cuda")
+    throw InputError(who + " runs its lists on the CPU only: backend 'cuda' is for the in-core tree (use backend "
+                     "'cpu')");
 }
 
 namespace {
@@ -97,6 +110,10 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
     arrays_ = std::move(*storage);
     arrays_.a_old.clear();  // no old accelerations until set_old_accelerations or self_forces
   }
+  // the GPU first: an unavailable device fails before the build's work, not after it
+  if (params_.backend == "cpu") arrays_.device.reset();
+  else if (!arrays_.device || arrays_.device->lanes() < threads_)
+    arrays_.device = std::make_shared<CudaTreeLists>(params_.device, threads_);
 
   auto t0 = Clock::now();
   frame_ = frame != nullptr ? *frame : bounding_cube(pos, threads_);
@@ -134,6 +151,8 @@ Tree::Tree(Span<const double> pos, Span<const double> mass, const TreeParams& pa
 }
 
 void Tree::recycle(TreeStorage& storage) { storage = std::move(arrays_); }
+
+std::string Tree::device_name() const { return arrays_.device ? arrays_.device->device_name() : std::string(); }
 
 void Tree::set_old_accelerations(Span<const double> a_abs) {
   if (a_abs.size() != size()) throw InputError("old accelerations: length differs from the tree's");
@@ -189,7 +208,7 @@ void Tree::run_groups(const std::vector<Group>& groups, const InCoreParticles& s
   const CallerResults results{i_caller, acc, pot};
   const InCoreCells cells(arrays_.nodes);
   const GroupEvaluation<InCoreParticles, InCoreParticles> e{
-      cells, params_, isa_, sources, sinks, i_exclude, results, exclude_self};
+      cells, params_, isa_, sources, sinks, i_exclude, results, exclude_self, arrays_.device.get()};
   const GroupWork work = evaluate_groups(e, groups, threads_);
   record_group_work(stats_, work, seconds_since(t_start), i_caller.size(), groups.size());
 }

@@ -22,6 +22,7 @@ DomainTree::DomainTree(Span<const double> pos, Span<const double> mass, const Tr
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)) {
   check_tree_params(params_);
+  refuse_tree_cuda(params_, "the domain tree (MPI ranks)");
   n_local_ = check_j_set(pos, mass, {});
   auto t0 = Clock::now();
   const CurveBox frame = frame_in != nullptr ? *frame_in : bounding_cube(pos, threads_);

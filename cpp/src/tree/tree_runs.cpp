@@ -9,11 +9,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <atomic>
 #include <chrono>
 #include <exception>
 #include <utility>
 
+#include "gravpipe/error.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
@@ -118,26 +121,43 @@ std::size_t expand_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>&
   return before - l.n_near - l.n_far;
 }
 
-/// The shared part of a run: walk its top once, then the cells every member accepts on all
-/// its particles, into w.run_sinks (the far ones through the local expansion, the others
-/// gathered once, relative to the run's centre: they are all beyond their opening radius
-/// from its box). `sinks` holds the run's i-particles.
+/// The shared part of a run prepared for evaluation: its top walked once, the cells far
+/// from it moved into w.local, the others gathered in w.shared_gathered relative to the
+/// run's centre (they are all beyond their opening radius from its box), and the run's
+/// i-particles in w.run_sinks. Returns how many cells went into the local expansion.
 template <class Sources, class Sinks, class Results, class Cells, class Reader>
-void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
-                     Span<const Group> members, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+std::size_t prepare_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells,
+                           const Group& run, Span<const Group> members, const ParticleBlock& sinks, GroupScratch& w,
+                           GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
-  const double eps2 = e.params.eps * e.params.eps;
   const auto t0 = Clock::now();
   walk_run(cells, run, members, mac, w.shared, w.frontier);
   work.mac_tests += w.shared.mac_tests;
   const auto t1 = Clock::now();
+  work.seconds_walk += seconds_between(t0, t1);
   double centre[3];
   centre_of(run, centre);
   const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
-  const std::size_t n_shared = w.shared.n_near + w.shared.n_far;
+  w.run_terms = w.shared.n_near + w.shared.n_far;
   const std::size_t n_expanded = expand_shared(e, cells, run, centre, w);
   w.shared_gathered.gather(w.shared, cells, e.sources, e.params.quadrupole, 0, 0, e.params.precision, centre);
   set_sinks(w.run_sinks, sinks, e.i_exclude, e.exclude_self, run, e.params.precision == Precision::Mixed, centre, e.isa);
+  work.pc_local += run_n * n_expanded;
+  work.pc += run_n * w.run_terms;
+  work.seconds_evaluate += seconds_since(t1);  // gathering counts as evaluation, as on the CPU
+  return n_expanded;
+}
+
+/// The shared part of a run on the CPU: prepared, then its list evaluated on all the run's
+/// particles into w.run_sinks, and the local expansion added there. `sinks` holds the
+/// run's i-particles.
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
+                     Span<const Group> members, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+  const double eps2 = e.params.eps * e.params.eps;
+  const std::size_t n_expanded = prepare_shared(e, cells, run, members, sinks, w, work);
+  const auto t1 = Clock::now();
+  const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
   evaluate_group(w.shared_gathered, w.run_sinks, padded_count(run_n, e.isa), eps2, e.isa);
   GroupSinks& rs = w.run_sinks;
   if (n_expanded > 0)
@@ -145,28 +165,45 @@ void evaluate_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, c
       const std::int64_t i = run.i_begin + static_cast<std::int64_t>(q);
       w.local.evaluate(sinks.x(i), sinks.y(i), sinks.z(i), rs.ax[q], rs.ay[q], rs.az[q], rs.pot[q]);
     }
-  w.run_terms = n_shared;
-  work.pc_local += run_n * n_expanded;
-  work.pc += run_n * n_shared;
-  work.seconds_walk += seconds_between(t0, t1);
   work.seconds_evaluate += seconds_since(t1);
 }
 
-/// The part of member group g: walk on from the run's frontier, evaluate its own list, add
-/// the run's shared sums (w.run_sinks) and write the caller-ordered results.
+/// Member group g prepared for evaluation: its walk on from the run's frontier, its own
+/// list gathered in w.gathered and its i-particles in w.sinks, relative to its centre.
 template <class Sources, class Sinks, class Results, class Cells, class Reader>
-void evaluate_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
-                     const Group& g, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+void prepare_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& g,
+                    const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
   const MacParams mac{e.params.G, e.params.alpha, e.params.quadrupole};
-  const double eps2 = e.params.eps * e.params.eps, G = e.params.G;
   const auto t0 = Clock::now();
   walk_group(cells, g, mac, w.list, {w.frontier.data(), w.frontier.size()});
   const auto t1 = Clock::now();
+  work.seconds_walk += seconds_between(t0, t1);
   double centre[3];
   centre_of(g, centre);
   w.gathered.gather(w.list, cells, e.sources, e.params.quadrupole, g.ex_begin, g.ex_end, e.params.precision, centre);
-  const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
   set_sinks(w.sinks, sinks, e.i_exclude, e.exclude_self, g, e.params.precision == Precision::Mixed, centre, e.isa);
+  const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
+  work.pruned_opened += w.list.pruned_opened;
+  work.pp += n * w.gathered.n_particles();
+  work.pc += n * w.gathered.n_cells();
+  work.mac_tests += w.list.mac_tests;
+  work.seconds_evaluate += seconds_since(t1);
+}
+
+/// Interactions per i-particle of a member (its run's shared ones included), for the cost.
+std::int64_t member_terms(const GroupScratch& w) {
+  return static_cast<std::int64_t>(w.run_terms + w.gathered.n_particles() + w.gathered.n_cells());
+}
+
+/// The part of member group g on the CPU: prepared, its own list evaluated, the run's
+/// shared sums (w.run_sinks) added, and the caller-ordered results written.
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void evaluate_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
+                     const Group& g, const ParticleBlock& sinks, GroupScratch& w, GroupWork& work) {
+  const double eps2 = e.params.eps * e.params.eps, G = e.params.G;
+  prepare_member(e, cells, g, sinks, w, work);
+  const auto t1 = Clock::now();
+  const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
   evaluate_group(w.gathered, w.sinks, padded_count(n, e.isa), eps2, e.isa);
   const GroupSinks &s = w.sinks, &rs = w.run_sinks;
   const auto at = static_cast<std::size_t>(g.i_begin - run.i_begin);
@@ -174,14 +211,9 @@ void evaluate_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, c
     e.results.put(g.i_begin + static_cast<std::int64_t>(q), G * (s.ax[q] + rs.ax[at + q]),
                   G * (s.ay[q] + rs.ay[at + q]), G * (s.az[q] + rs.az[at + q]), -G * (s.pot[q] + rs.pot[at + q]));
   if (e.results.wants_cost()) {
-    const auto terms = static_cast<std::int64_t>(w.run_terms + w.gathered.n_particles() + w.gathered.n_cells());
+    const std::int64_t terms = member_terms(w);
     for (std::size_t q = 0; q < n; ++q) e.results.put_cost(g.i_begin + static_cast<std::int64_t>(q), terms);
   }
-  work.pruned_opened += w.list.pruned_opened;
-  work.pp += n * w.gathered.n_particles();
-  work.pc += n * w.gathered.n_cells();
-  work.mac_tests += w.list.mac_tests;
-  work.seconds_walk += seconds_between(t0, t1);
   work.seconds_evaluate += seconds_since(t1);
 }
 
@@ -198,6 +230,214 @@ void evaluate_run(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, cons
   // no block of this run is live any more: a paged accessor unpins and frees them here
   e.sources.release_thread();
   e.sinks.release_thread();
+}
+
+// ---- lists on the GPU (GroupEvaluation::device) ------------------------------------------
+//
+// Each thread walks and gathers its runs as above but packs every list (a run's shared
+// list on all its particles, each member's own) into its ListBatch; the local expansion is
+// evaluated here at packing time. A run never straddles two batches, so that once a batch
+// returns its runs are complete: shared + local + own sums are combined and written then.
+// A batch is sent when it holds kBatchBytes; the thread packs the next while it computes
+// (two slots per lane), and collects the oldest before reusing its slot.
+
+/// Packed bytes at which a thread sends its batch: ~100 groups of N = 1e7 Plummer lists,
+/// enough blocks per launch with one launch in flight per thread.
+constexpr std::size_t kBatchBytes = std::size_t{16} << 20;
+
+/// What combining a run needs once its batch returns.
+struct PendingMember {
+  std::int64_t i_begin = 0;
+  std::size_t n = 0, sink = 0;  // its i-particles and its first one's sink in the batch
+  std::int64_t terms = 0;       // interactions per i-particle, for the cost
+};
+struct PendingRun {
+  Group run;
+  std::size_t shared_sink = 0;  // the run's first i-particle among the shared job's sinks
+  std::size_t local = 0;        // its local-expansion sums: PendingRuns::local[local + 4 q + (0..3)]
+  std::size_t members_begin = 0, members_end = 0;  // in PendingRuns::members
+};
+struct PendingRuns {
+  std::vector<PendingRun> runs;
+  std::vector<PendingMember> members;
+  std::vector<double> local;
+  void clear() { runs.clear(), members.clear(), local.clear(); }
+};
+
+/// One thread's side of the device path: the batch being packed and the batches in flight.
+struct DeviceScratch {
+  int lane = 0;
+  ListBatch batch;
+  PendingRuns packing;
+  std::array<PendingRuns, CudaTreeLists::kSlots> in_flight;  // by slot
+  std::deque<int> order;                                     // slots in flight, oldest first
+};
+
+/// Pack the shared part of a run: its list on all the run's particles, and the local
+/// expansion's sums (evaluated now, from zero).
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void pack_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& run,
+                 Span<const Group> members, const ParticleBlock& sinks, GroupScratch& w, DeviceScratch& d,
+                 GroupWork& work) {
+  const std::size_t n_expanded = prepare_shared(e, cells, run, members, sinks, w, work);
+  const auto t1 = Clock::now();
+  const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
+  const std::size_t job = d.batch.add(w.shared_gathered, w.run_sinks, run_n);
+  PendingRuns& p = d.packing;
+  PendingRun r;
+  r.run = run;
+  r.shared_sink = static_cast<std::size_t>(d.batch.jobs[job].i_begin);
+  r.local = p.local.size();
+  r.members_begin = r.members_end = p.members.size();
+  p.local.resize(r.local + kListResultWords * run_n, 0.0);
+  if (n_expanded > 0)
+    for (std::size_t q = 0; q < run_n; ++q) {
+      const std::int64_t i = run.i_begin + static_cast<std::int64_t>(q);
+      double* l = &p.local[r.local + kListResultWords * q];
+      w.local.evaluate(sinks.x(i), sinks.y(i), sinks.z(i), l[0], l[1], l[2], l[3]);
+    }
+  p.runs.push_back(r);
+  work.seconds_evaluate += seconds_since(t1);
+}
+
+/// Pack member group g's own list (after pack_shared of its run).
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void pack_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells, const Group& g,
+                 const ParticleBlock& sinks, GroupScratch& w, DeviceScratch& d, GroupWork& work) {
+  prepare_member(e, cells, g, sinks, w, work);
+  const auto t1 = Clock::now();
+  const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
+  const std::size_t job = d.batch.add(w.gathered, w.sinks, n);
+  d.packing.members.push_back({g.i_begin, n, static_cast<std::size_t>(d.batch.jobs[job].i_begin), member_terms(w)});
+  d.packing.runs.back().members_end = d.packing.members.size();
+  work.seconds_evaluate += seconds_since(t1);
+}
+
+/// Write the runs of a returned batch: out holds its sums (kListResultWords per sink).
+/// Each i-particle gets its own list's sums plus its run's (shared list + local expansion).
+template <class Sources, class Sinks, class Results, class Cells>
+void scatter_runs(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const PendingRuns& p, const double* out) {
+  constexpr std::size_t W = kListResultWords;
+  const double G = e.params.G;
+  for (const PendingRun& r : p.runs) {
+    e.results.begin_run(r.run);
+    for (std::size_t k = r.members_begin; k < r.members_end; ++k) {
+      const PendingMember& m = p.members[k];
+      const auto at = static_cast<std::size_t>(m.i_begin - r.run.i_begin);
+      for (std::size_t q = 0; q < m.n; ++q) {
+        const double* own = out + W * (m.sink + q);
+        const double* shared = out + W * (r.shared_sink + at + q);
+        const double* local = &p.local[r.local + W * (at + q)];
+        double sum[W];
+        for (std::size_t c = 0; c < W; ++c) sum[c] = own[c] + (shared[c] + local[c]);
+        e.results.put(m.i_begin + static_cast<std::int64_t>(q), G * sum[0], G * sum[1], G * sum[2], -G * sum[3]);
+        if (e.results.wants_cost()) e.results.put_cost(m.i_begin + static_cast<std::int64_t>(q), m.terms);
+      }
+    }
+    e.results.end_run(r.run);
+  }
+}
+
+/// Wait for the thread's oldest batch in flight and write its runs.
+template <class Sources, class Sinks, class Results, class Cells>
+void collect_oldest(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, DeviceScratch& d) {
+  const int slot = d.order.front();
+  const double* out = e.device->collect(d.lane, slot);
+  d.order.pop_front();
+  PendingRuns& p = d.in_flight[static_cast<std::size_t>(slot)];
+  scatter_runs(e, p, out);
+  p.clear();
+}
+
+/// Send the packed batch (if any), first collecting the batch whose slot it takes.
+template <class Sources, class Sinks, class Results, class Cells>
+void send_batch(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, DeviceScratch& d) {
+  if (d.batch.n_jobs() == 0) return;
+  if (d.order.size() == static_cast<std::size_t>(CudaTreeLists::kSlots)) collect_oldest(e, d);
+  const auto eps2 = static_cast<float>(e.params.eps * e.params.eps);  // as the CPU's mixed kernels round it
+  const int slot = e.device->submit(d.lane, d.batch, eps2);
+  std::swap(d.in_flight[static_cast<std::size_t>(slot)], d.packing);  // keeps both capacities
+  d.packing.clear();
+  d.order.push_back(slot);
+  d.batch.clear();
+}
+
+/// Groups [first, last) packed into the thread's batch, which is sent once full.
+template <class Sources, class Sinks, class Results, class Cells, class Reader>
+void pack_run(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Reader& cells,
+              Span<const Group> members, GroupScratch& w, DeviceScratch& d, GroupWork& work) {
+  const Group run = run_group(members);
+  {
+    const ParticleBlock sinks = e.sinks.block(run.i_begin, run.i_end);
+    pack_shared(e, cells, run, members, sinks, w, d, work);
+    for (const Group& g : members) pack_member(e, cells, g, sinks, w, d, work);
+  }
+  e.sources.release_thread();
+  e.sinks.release_thread();
+  if (d.batch.bytes() >= kBatchBytes) {
+    const auto t0 = Clock::now();
+    send_batch(e, d);
+    work.seconds_evaluate += seconds_since(t0);
+  }
+}
+
+/// evaluate_groups with the lists on the GPU (e.device): the same runs, the same chunks.
+template <class Sources, class Sinks, class Results, class Cells>
+GroupWork evaluate_groups_device(const GroupEvaluation<Sources, Sinks, Results, Cells>& e,
+                                 const std::vector<Group>& groups, int threads) {
+  if (e.params.precision != Precision::Mixed)
+    throw InputError("tree backend 'cuda': the GPU list kernel is mixed precision only (got precision 'double')");
+  if (e.device->lanes() < threads)
+    throw InputError("tree backend 'cuda': fewer device lanes than threads");
+  const auto runs = make_runs(groups);
+  const auto nr = static_cast<std::int64_t>(runs.size());
+  const std::int64_t chunk = std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
+  GroupWork total;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  auto record = [&](std::exception_ptr p) {
+#pragma omp critical(gravpipe_group_error)
+    if (!error) error = p;
+    failed = true;
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    GroupScratch w;
+    DeviceScratch d;
+    GroupWork mine;
+    d.lane = omp_get_thread_num();
+    const auto cells = e.cells.reader();
+    try {
+      e.device->begin(d.lane);
+    } catch (...) {
+      record(std::current_exception());
+    }
+#pragma omp for schedule(dynamic, chunk)
+    for (std::int64_t r = 0; r < nr; ++r) {
+      if (failed.load(std::memory_order_relaxed)) continue;
+      try {
+        const auto [first, last] = runs[r];
+        pack_run(e, cells, {&groups[first], last - first}, w, d, mine);
+      } catch (...) {
+        e.sources.release_thread();
+        e.sinks.release_thread();
+        record(std::current_exception());
+      }
+    }
+    // the thread's last batch, then every batch still in flight, oldest first
+    try {
+      const auto t0 = Clock::now();
+      if (!failed.load()) send_batch(e, d);
+      while (!failed.load() && !d.order.empty()) collect_oldest(e, d);
+      mine.seconds_evaluate += seconds_since(t0);
+    } catch (...) {
+      record(std::current_exception());
+    }
+#pragma omp critical(gravpipe_group_work)
+    total += mine;
+  }
+  if (error) std::rethrow_exception(error);
+  return total;
 }
 
 }  // namespace
@@ -244,6 +484,7 @@ GroupWork& GroupWork::operator+=(const GroupWork& o) {
 template <class Sources, class Sinks, class Results, class Cells>
 GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const std::vector<Group>& groups,
                           int threads) {
+  if (e.device != nullptr) return evaluate_groups_device(e, groups, threads);
   const auto runs = make_runs(groups);
   const auto nr = static_cast<std::int64_t>(runs.size());
   // chunks of consecutive runs: a thread's next run is the curve's next, on pages near its

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gravpipe/cpu_features.hpp"
+#include "gravpipe/cuda_tree_lists.hpp"
 #include "gravpipe/span.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -48,6 +49,9 @@ struct GroupEvaluation {
   /// true: i-particle i leaves out source i (self-gravity over the sources themselves) and
   /// i_exclude may be empty, which spares the out-of-core tree an array of N indices
   bool exclude_self = false;
+  /// Not null: the lists are evaluated on this GPU (the tree's backend "cuda", mixed
+  /// precision), one lane per thread; null: on the CPU's list kernels (isa).
+  CudaTreeLists* device = nullptr;
 };
 
 /// The work of an evaluation, as TreeStats counts it. Seconds are thread-seconds.

@@ -337,3 +337,68 @@ def as_json(results: Sequence[TreeBenchResult], references: Sequence[DirectRefer
             "machine": machine,
             "references": [asdict(d) for d in references],
             "results": [asdict(r) for r in results]}
+
+
+# ---- CPU lists against GPU lists (``gravpipe bench tree --backend cuda``) -------------------
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One tree evaluation with its lists on one backend (the walk is on the CPU threads)."""
+    model: str
+    n: int
+    theta: float
+    backend: str               # "cpu" or "cuda"
+    seconds: float             # Tree(...) + forces(), best of repeat
+    seconds_forces: float      # the forces() call alone (walk + lists), that evaluation's
+    interactions: int          # particle + cell terms
+    interactions_per_second: float  # interactions / seconds_forces
+    rel_rms_vs_cpu: float      # acceleration difference from the CPU lists (0 for the CPU row)
+
+
+def compare_backends(sizes: Sequence[int], model: str = "plummer", theta: float = 0.6, eps: float | None = None,
+                     repeat: int = 1, threads: int | None = None,
+                     progress: Callable[[str], None] | None = None) -> list[BackendResult]:
+    """The same tree (mixed precision) with its lists on the CPU and on the GPU, measured in
+    one run. N = 1e7 takes ~20-40 s on a 16-core host with an H100 (model, two trees)."""
+    rows: list[BackendResult] = []
+    for n in sizes:
+        pos, mass = make_model(model, n)
+        e = default_eps(n) if eps is None else eps
+        acc_cpu = None
+        for backend in ("cpu", "cuda"):
+            if progress:
+                progress(f"{model} N={n} theta={theta}: lists on {backend}")
+            best, stats, acc = math.inf, None, None
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                tree = gp.Tree(pos, mass, e, theta=theta, threads=threads, backend=backend)
+                a, _ = tree.forces()
+                wall = time.perf_counter() - t0
+                if wall < best:
+                    best, stats, acc = wall, tree.stats, a
+                del tree, a
+            inter = int(stats.pp_interactions + stats.pc_interactions)
+            if backend == "cpu":
+                acc_cpu, diff = acc, 0.0
+            else:
+                num = np.sum((acc - acc_cpu) ** 2, axis=1)
+                den = np.sum(acc_cpu ** 2, axis=1)
+                diff = float(np.sqrt(np.mean(num / np.where(den > 0, den, 1.0))))
+            rate = inter / stats.seconds_forces if stats.seconds_forces > 0 else 0.0
+            rows.append(BackendResult(model, n, theta, backend, best, stats.seconds_forces, inter, rate, diff))
+    return rows
+
+
+def backend_table(rows: Sequence[BackendResult]):
+    from rich.table import Table
+
+    t = Table(title="tree lists: CPU vs GPU (same walk, same lists)")
+    for col in ("model", "N", "theta", "lists on", "build+forces s", "forces s", "interactions",
+                "interactions/s", "rel RMS vs CPU"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r.model, str(r.n), f"{r.theta:g}", r.backend, f"{r.seconds:.3f}", f"{r.seconds_forces:.3f}",
+                  f"{r.interactions:.3g}", f"{r.interactions_per_second:.3g}",
+                  "-" if r.backend == "cpu" else f"{r.rel_rms_vs_cpu:.2e}")
+    return t
