@@ -60,7 +60,7 @@ def test_j_parallel_forces_match_the_float64_reference(tmp_path, ranks):
 
 
 def serial_hermite(run_dir: Path, t_end: float) -> gp.Simulation:
-    sim = gp.Simulation(gp.ic.plummer(512, seed=8), eps=1 / 32, threads=1)
+    sim = gp.Simulation(gp.ic.plummer(512, seed=8), eps=1 / 32, threads=1, backend="cpu")
     sim.evolve(t_end, checkpoint_every=0.25, out=run_dir, progress=False)
     return sim
 

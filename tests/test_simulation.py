@@ -158,3 +158,20 @@ def test_resume_is_bit_identical(plummer, tmp_path, integrator, kw):
     cols = ["time", "total", "energy_error", "r_lagr_50", "steps", "particle_steps"]
     assert [[r[c] for c in cols] for r in sim.history] == [[r[c] for c in cols] for r in ref.history]
     assert (cut / "diagnostics.csv").read_text().count("\n") == (full / "diagnostics.csv").read_text().count("\n")
+
+
+def test_ranks_split_the_cores_only_where_the_solver_runs_on_them(monkeypatch):
+    """What this proves: under MPI a rank gets cores // ranks threads only for a solver that
+    runs on CPU threads. On a GPU machine "auto" puts direct summation on CUDA, which takes
+    no threads: `mpiexec -n 2 gravpipe run` failed there ("threads: a CPU option") until the
+    backend was resolved first. The tree walks on CPU threads whatever runs its lists."""
+    from gravpipe import simulation
+    from gravpipe.backends import BackendInfo
+
+    gpu_machine = {"auto": BackendInfo("cuda", True, "test"), "cuda": BackendInfo("cuda", True, "test"),
+                   "cpu": BackendInfo("cpu", True, "test")}
+    monkeypatch.setattr(simulation, "resolve_backend", lambda name: gpu_machine[name])
+    assert not simulation._runs_on_cpu_threads("direct", "auto")
+    assert not simulation._runs_on_cpu_threads("direct", "cuda")
+    assert simulation._runs_on_cpu_threads("direct", "cpu")
+    assert simulation._runs_on_cpu_threads("tree", "auto") and simulation._runs_on_cpu_threads("tree", "cuda")

@@ -25,6 +25,7 @@ from gravpipe import _core, diagnostics, integrators, parallel
 from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
+from gravpipe.backends import resolve_backend
 from gravpipe.parallel import consistency
 from gravpipe.particles import Particles
 
@@ -38,6 +39,14 @@ from gravpipe.run_loop import (  # noqa: F401
     latest_checkpoint,
     run_files,
 )
+
+
+def _runs_on_cpu_threads(gravity: str, backend: str) -> bool:
+    """Whether the force solver runs on this process's CPU threads, so that ranks sharing a
+    machine must split its cores: the tree always (its walk, also with its lists on a GPU);
+    direct summation where ``backend`` resolves to the CPU ("auto" picks CUDA on a GPU
+    machine, and the CUDA pipeline takes no threads)."""
+    return gravity == "tree" or resolve_backend(backend).name == "cpu"
 
 
 class Simulation(RunLoop):
@@ -121,7 +130,7 @@ class Simulation(RunLoop):
                 "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
                 "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0,
                 "restart": asdict(restart[0]) if restart is not None else None})
-        if self.comm is not None and backend != "cuda":
+        if self.comm is not None and _runs_on_cpu_threads(kind.name, backend):
             threads = parallel.threads_per_rank(self.comm) if threads is None else threads
             # the integrator's own loops (predict, correct, schedule) too: ranks sharing a
             # machine would otherwise each start a thread per core and spin against each other

@@ -16,7 +16,8 @@ COMM = MPI.COMM_WORLD
 
 def run(out: str, run_dir: str) -> None:
     """Leapfrog with a snapshot and a checkpoint at t = 0.25: the files are sets of P files."""
-    sim = gp.Simulation(gp.ic.plummer(600, seed=3), integrator="leapfrog", dt=1 / 64, eps=1 / 32, threads=1)
+    sim = gp.Simulation(gp.ic.plummer(600, seed=3), integrator="leapfrog", dt=1 / 64, eps=1 / 32, threads=1,
+                        backend="cpu")
     sim.evolve(0.25, snapshot_every=0.25, checkpoint_every=0.25, out=run_dir, progress=False)
     if COMM.rank == 0:
         p = sim.particles
@@ -33,7 +34,7 @@ def mismatch(out: str, what: str) -> None:
             gp.__version__ = "0.0.0-stale"
     eps = 1 / 64 if (what == "eps" and COMM.rank == 1) else 1 / 32
     try:
-        gp.Simulation(p, eps=eps, threads=1)
+        gp.Simulation(p, eps=eps, threads=1, backend="cpu")
     except ValueError as exc:
         messages = COMM.gather(str(exc), root=0)
     else:

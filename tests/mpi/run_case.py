@@ -39,7 +39,7 @@ def hermite(out: str, run_dir: str, t_end: float) -> None:
     if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*")):  # multi-file sets
         sim = gp.Simulation.resume(run_dir)
     else:
-        sim = gp.Simulation(gp.ic.plummer(512, seed=8), eps=1 / 32, threads=1)
+        sim = gp.Simulation(gp.ic.plummer(512, seed=8), eps=1 / 32, threads=1, backend="cpu")
     assert sim.comm is not None and sim.comm.Get_size() == comm.Get_size()
     sim.evolve(t_end, checkpoint_every=0.25, out=run_dir, progress=False)
     p = sim.particles
