@@ -29,6 +29,10 @@ nvcc -O3 -std=c++17 -arch=native -Xcompiler -fopenmp -Icpp/include benchmarks/gp
   -o /tmp/check_cuda_pipeline && /tmp/check_cuda_pipeline > "$out/check_cuda_pipeline.txt" 2>&1
 echo "check program rc=$?"; tail -25 "$out/check_cuda_pipeline.txt"
 
+stamp memcheck of the tree lists
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -c "import gravpipe as gp; \
+p = gp.ic.plummer(3000, seed=1); print(gp.Tree(p.pos, p.mass, 1/64, backend='cuda', threads=2).forces()[0][0])" \
+  2>&1 | tail -3
 stamp gpu tests
 python3 -m pytest -q -rfs -m gpu -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.txt" | tail -15
 stamp whole suite
@@ -48,6 +52,7 @@ stamp benchmarks
   gravpipe bench direct --backend cuda --json "$out/direct_cuda.json" 2>&1
   gravpipe bench direct --backend cuda --sizes 1048576 --n-i 1024 --precision mixed 2>&1 | tail -6
   gravpipe bench hermite --backend cuda -n 262144 --t-end 0.125 --json "$out/hermite_cuda.json" 2>&1
+  gravpipe bench tree --backend cuda --sizes 1000000 10000000 --json "$out/tree_cuda.json" 2>&1
 } | tee "$out/bench.txt"
 stamp done
 fi
