@@ -108,6 +108,13 @@ class PagedCells {
   PagedCellReader reader(bool write = false) const;
   std::int64_t frames() const { return cache_->frames(); }
   StoreCounters counters() const { return cache_->counters(); }
+  /// Load the cell pages not yet cached into cold frames, their reads in flight together
+  /// through `io` (on file()): a traversal that knows its next cells ahead, a tree level at
+  /// a time, waits once for all of them instead of once a page. Returns the loads that
+  /// failed; a reader's pin of such a page reads it again and reports the error.
+  std::int64_t prefetch(Span<const std::int64_t> pages, BatchedPageIo& io) const {
+    return cache_->prefetch_many(pages, io);
+  }
   const PageFile& file() const { return *file_; }
 
  private:
@@ -150,6 +157,8 @@ class PagedCellReader {
   }
   void put(std::int64_t k, const PagedCellRecord& r) { std::memcpy(at(k), &r, sizeof r); }
   void release() { slots_.release(); }
+  /// The page that holds record k.
+  std::int64_t page_of(std::int64_t k) const { return k >> cells_->walk_shift_; }
 
  private:
   /// The bytes of walk record k: pages hold a power of two of them (page sizes are multiples

@@ -81,15 +81,24 @@ class WalkPrefetch {
     void forget(std::size_t keep);                // drop all but the newest `keep` plans
     void drop_newest();                           // its pages were not loaded after all
   };
+  /// The footprint walk's scratch: the cells of the tree level it is at and of the next,
+  /// their cell pages, and the reads that load those pages a level at a time.
+  struct FootprintScratch {
+    std::vector<std::int32_t> level, next;
+    std::vector<std::int64_t> cell_pages;
+    BatchedPageIo* cell_reads;  // not owned: on the cells' file, the prefetch thread's
+  };
   /// The local pages (page index within a column) run r reads, its sinks and the leaves its
   /// members open, less those that `marked` flags (planned already); flags what it adds.
   void footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                 std::vector<std::int32_t>& stack, std::vector<std::uint8_t>& marked) const;
+                 FootprintScratch& w, std::vector<std::uint8_t>& marked) const;
+  /// Load the cell pages of the footprint's current level (w.level) in one batch.
+  void load_level(const PagedCellReader& cells, FootprintScratch& w) const;
   /// footprint() of run r for `thread`, after the pages its last few runs planned: a run
   /// next to the last one the thread planned shares most of its pages, and the subtrees on
   /// them are skipped without their MAC tests.
   void plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                 std::vector<std::int32_t>& stack);
+                 FootprintScratch& w);
 
   ParticleStore& store_;
   const PagedCells& cells_;
