@@ -173,3 +173,21 @@ def test_cli_bad_option_through_the_entry_point():
     assert "--sample" in r.stderr and ">= 1000" in r.stderr
     r = gravpipe("bench", "tree", "--quad", "maybe")
     assert r.returncode == 2 and "--quad" in r.stderr
+
+
+def test_backend_comparison_times_the_providers_steady_state():
+    """What this proves: `bench tree --backend cuda`'s comparison times each backend's force
+    provider after one unmeasured evaluation (its buffers warm, as in a run), counts the
+    interactions the tree itself reports for the same set, and refuses a list that does not
+    start with its CPU reference. Runs with the CPU alone here (CI has no GPU)."""
+    import gravpipe as gp
+
+    rows = bt.compare_backends([20000], theta=0.6, repeat=2, threads=2, backends=("cpu",))
+    assert len(rows) == 1 and rows[0].backend == "cpu" and rows[0].rel_rms_vs_cpu == 0.0
+    pos, mass = bt.make_model("plummer", 20000)
+    t = gp.Tree(pos, mass, bt.default_eps(20000), theta=0.6, threads=2)
+    t.forces()
+    assert rows[0].interactions == t.stats.pp_interactions + t.stats.pc_interactions
+    assert 0 < rows[0].seconds_forces <= rows[0].seconds
+    with pytest.raises(ValueError, match="CPU comes first"):
+        bt.compare_backends([1000], backends=("cuda",))

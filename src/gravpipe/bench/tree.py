@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import gravpipe as gp
+from gravpipe.tree import TreeGravity, TreeStats
 
 MODELS = ("plummer", "cube")
 DEFAULT_SIZES = (100_000, 1_000_000, 10_000_000)
@@ -349,8 +350,8 @@ class BackendResult:
     n: int
     theta: float
     backend: str               # "cpu" or "cuda"
-    seconds: float             # Tree(...) + forces(), best of repeat
-    seconds_forces: float      # the forces() call alone (walk + lists), that evaluation's
+    seconds: float             # the provider's tree rebuilt + self-gravity, best of repeat (warm buffers)
+    seconds_forces: float      # the forces alone (walk + lists), that evaluation's
     interactions: int          # particle + cell terms
     interactions_per_second: float  # interactions / seconds_forces
     rel_rms_vs_cpu: float      # acceleration difference from the CPU lists (0 for the CPU row)
@@ -358,26 +359,37 @@ class BackendResult:
 
 def compare_backends(sizes: Sequence[int], model: str = "plummer", theta: float = 0.6, eps: float | None = None,
                      repeat: int = 1, threads: int | None = None,
-                     progress: Callable[[str], None] | None = None) -> list[BackendResult]:
-    """The same tree (mixed precision) with its lists on the CPU and on the GPU, measured in
-    one run. N = 1e7 takes ~20-40 s on a 16-core host with an H100 (model, two trees)."""
+                     progress: Callable[[str], None] | None = None,
+                     backends: Sequence[str] = ("cpu", "cuda")) -> list[BackendResult]:
+    """The same tree (mixed precision) with its lists on each of ``backends`` (the CPU first:
+    the others' forces are compared with its), measured in one run, in the steady state of a
+    run: each backend's force provider (the one a
+    ``Simulation`` steps with) rebuilds its tree and evaluates self-gravity once unmeasured,
+    which allocates its arrays and, on the GPU, its lanes' pinned and device buffers, then
+    ``repeat`` times measured (the best kept). N = 1e7 takes ~30-60 s on a 16-core host
+    with an H100 (the model and 2 x (repeat + 1) evaluations)."""
+    if not backends or backends[0] != "cpu":
+        raise ValueError(f"backends: the CPU comes first, as the reference; got {tuple(backends)}")
     rows: list[BackendResult] = []
     for n in sizes:
         pos, mass = make_model(model, n)
         e = default_eps(n) if eps is None else eps
+        own = np.arange(n, dtype=np.int64)
         acc_cpu = None
-        for backend in ("cpu", "cuda"):
+        for backend in backends:
             if progress:
                 progress(f"{model} N={n} theta={theta}: lists on {backend}")
-            best, stats, acc = math.inf, None, None
-            for _ in range(repeat):
+            provider = TreeGravity(e, 1.0, theta=theta, threads=threads, backend=backend).provider
+            acc, pot = np.empty((n, 3)), np.empty(n)
+            best, stats = math.inf, None
+            for rep in range(repeat + 1):  # the first one warms the buffers: not measured
                 t0 = time.perf_counter()
-                tree = gp.Tree(pos, mass, e, theta=theta, threads=threads, backend=backend)
-                a, _ = tree.forces()
+                provider.set_j(pos, mass, None)
+                provider.forces(pos, own, acc, pot)
                 wall = time.perf_counter() - t0
-                if wall < best:
-                    best, stats, acc = wall, tree.stats, a
-                del tree, a
+                if rep > 0 and wall < best:
+                    best, stats = wall, TreeStats(**provider.tree_stats())
+            del provider
             inter = int(stats.pp_interactions + stats.pc_interactions)
             if backend == "cpu":
                 acc_cpu, diff = acc, 0.0
