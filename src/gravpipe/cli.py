@@ -294,7 +294,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--precision", choices=["mixed", "double"], default=None,
                    help="force arithmetic, default mixed (with --gravity tree: the tree's list kernels)")
     r.add_argument("--backend", default=None,
-                   help="auto (default), cpu or cuda (--gravity tree checks it but computes on the CPU)")
+                   help="auto (default), cpu or cuda (--gravity tree: cuda evaluates its lists on the GPU, "
+                        "in core; auto keeps the tree on the CPU)")
     r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
     r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
     r.add_argument("--memory-budget", metavar="SIZE", default=None,
