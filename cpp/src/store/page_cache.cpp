@@ -324,14 +324,32 @@ std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPag
   {
     std::unique_lock<std::mutex> lock(mutex_);
     const auto evictable = [this](std::size_t f) { return frames_[f].pins == 0 && frames_[f].state != State::Busy; };
-    for (const std::int64_t page : pages) {
-      if (page < 0 || page >= pages_ || table_.count(page) != 0) continue;  // here or on its way
+    bool full = false;
+    for (std::size_t k = 0; k < pages.size() && !full;) {
+      const std::int64_t page = pages[k];
+      if (page < 0 || page >= pages_ || table_.count(page) != 0) {  // here or on its way
+        ++k;
+        continue;
+      }
       if (prefetched_unused_ + prefetches_in_flight_ >= max_prefetched_()) break;
       const int victim = policy_->cold_victim(evictable);
       if (victim < 0) break;
+      if (file_.mode() == IoMode::Direct && frames_[static_cast<std::size_t>(victim)].dirty) {
+        // as acquire() does: the victim and other cold dirty frames written in one batch,
+        // then choose again (the lock was let go: this page may have arrived meanwhile)
+        try {
+          clean_with_cold_neighbours(victim, lock);
+        } catch (...) {  // the victim stays dirty; a later pin or flush reports its error
+          ++failed;
+          full = true;
+        }
+        continue;
+      }
       claims.push_back(claim(victim, page, true));
+      ++k;
     }
-    // dirty victims go out first, one at a time, as prefetch() writes its victim back
+    // dirty victims (without direct I/O) go out first, one at a time, as prefetch() writes
+    // its victim back
     for (std::size_t k = 0; k < claims.size();) {
       try {
         write_back_claimed(claims[k], lock);
