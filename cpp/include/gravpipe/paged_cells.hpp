@@ -5,7 +5,11 @@
 //
 // One record per cell, in breadth-first cell order (children contiguous, after their parent,
 // each level in curve order, as in TreeNodes): the walk's WalkCell and the monopole and
-// quadrupole that gathering and local expansions read (PagedCellRecord, 128 bytes). The tree
+// quadrupole that gathering and local expansions read (PagedCellRecord, 128 bytes). A page
+// holds its records' two halves apart, the walk halves first and the moments after them, so
+// that the walk reads 64-byte cells side by side as the in-core walk does (siblings share
+// cache lines and the hardware's adjacent-line prefetch brings the next sibling, not the
+// moments that only an accepted cell needs). The tree
 // writes each record once, in a depth-first pass over the sorted particles (paged_tree.cpp).
 // Each thread reads through its own PagedCellReader, which keeps a few pages pinned in
 // direct-mapped slots: the top of the tree, which every walk visits, stays pinned, and a
@@ -30,12 +34,17 @@
 
 namespace gravpipe {
 
-/// One cell as the walk and the evaluation read it.
-struct PagedCellRecord {
-  WalkCell walk;                             // 64 bytes: com, opening radius, topology
-  double m, qxx, qxy, qxz, qyy, qyz, qzz, qtr;  // mass, traceless Q and trace part T
+/// The moments half of a cell's record: mass, traceless Q and trace part T.
+struct PagedCellMoments {
+  double m, qxx, qxy, qxz, qyy, qyz, qzz, qtr;
 };
-static_assert(sizeof(PagedCellRecord) == 128, "a walk record is two cache lines");
+static_assert(sizeof(WalkCell) == 64 && sizeof(PagedCellMoments) == 64, "each half is one cache line");
+
+/// One cell as the walk and the evaluation read it (its two halves lie apart in a page).
+struct PagedCellRecord {
+  WalkCell walk;             // com, opening radius, topology
+  PagedCellMoments moments;
+};
 
 /// Pages pinned by one reader in eight-way sets of slots (page mod sets picks the set; its
 /// least recently used way goes): a page stays pinned until another page takes its slot or
@@ -141,33 +150,47 @@ class PagedCellReader {
   /// The walk's half of record k (64 bytes): all the MAC reads. Read in place from the
   /// pinned frame, as the in-core walk reads its array (a copy cost the walk ~4% of its CPU
   /// at N = 1e7): valid until this reader's next call, which may pin another page in its
-  /// slot. The frames hold records written as PagedCellRecord objects (put) or read back
-  /// byte for byte from the file.
-  const WalkCell& walk(std::int32_t k) const { return record_at(k).walk; }
+  /// slot.
+  const WalkCell& walk(std::int32_t k) const { return *walk_at(page_data(k), k); }
   CellTerms terms(std::int32_t k) const {
-    const PagedCellRecord& r = record_at(k);
-    return {r.walk.cx, r.walk.cy, r.walk.cz, r.m, r.qxx, r.qxy, r.qxz, r.qyy, r.qyz, r.qzz, r.qtr};
+    const unsigned char* page = page_data(k);
+    const WalkCell& w = *walk_at(page, k);
+    const PagedCellMoments& m = *moments_at(page, k);
+    return {w.cx, w.cy, w.cz, m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, m.qtr};
   }
   /// The relative criterion (alpha > 0) is refused out of core (PagedTree): never asked.
   double mass_size2(std::int32_t k) const;
   PagedCellRecord record(std::int64_t k) const {
-    PagedCellRecord r;
-    std::memcpy(&r, at(k), sizeof r);
-    return r;
+    const unsigned char* page = page_data(k);
+    return {*walk_at(page, k), *moments_at(page, k)};
   }
-  void put(std::int64_t k, const PagedCellRecord& r) { std::memcpy(at(k), &r, sizeof r); }
+  void put(std::int64_t k, const PagedCellRecord& r) {
+    unsigned char* page = page_data(k);
+    std::memcpy(page + walk_offset(k), &r.walk, sizeof r.walk);
+    std::memcpy(page + moments_offset(k), &r.moments, sizeof r.moments);
+  }
   void release() { slots_.release(); }
   /// The page that holds record k.
   std::int64_t page_of(std::int64_t k) const { return k >> cells_->walk_shift_; }
 
  private:
-  /// The bytes of walk record k: pages hold a power of two of them (page sizes are multiples
-  /// of 4096), so a shift and a mask find it, not a division.
-  unsigned char* at(std::int64_t k) const {
-    return slots_.data(k >> cells_->walk_shift_) + static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(PagedCellRecord);
+  /// The pinned bytes of the page that holds record k: pages hold a power of two of records
+  /// (page sizes are multiples of 4096), so a shift and a mask find one, not a division.
+  unsigned char* page_data(std::int64_t k) const { return slots_.data(k >> cells_->walk_shift_); }
+  /// Where record k's halves lie in its page: the page's walk halves, then its moments.
+  std::size_t walk_offset(std::int64_t k) const {
+    return static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(WalkCell);
   }
-  const PagedCellRecord& record_at(std::int64_t k) const {
-    return *std::launder(reinterpret_cast<const PagedCellRecord*>(at(k)));
+  std::size_t moments_offset(std::int64_t k) const {
+    return (static_cast<std::size_t>(cells_->walk_mask_) + 1) * sizeof(WalkCell) +
+           static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(PagedCellMoments);
+  }
+  /// The frames hold halves written as objects (put) or read back byte for byte from the file.
+  const WalkCell* walk_at(const unsigned char* page, std::int64_t k) const {
+    return std::launder(reinterpret_cast<const WalkCell*>(page + walk_offset(k)));
+  }
+  const PagedCellMoments* moments_at(const unsigned char* page, std::int64_t k) const {
+    return std::launder(reinterpret_cast<const PagedCellMoments*>(page + moments_offset(k)));
   }
   const PagedCells* cells_;
   mutable PinnedSlots slots_;

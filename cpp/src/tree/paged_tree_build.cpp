@@ -77,8 +77,7 @@ PagedCellRecord record_of(const CellMoments& m, std::int64_t b, std::int64_t e, 
   r.walk = {m.cx, m.cy, m.cz, opening_radius2(m, size, theta),
             monopole_distance2(m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, theta, quad_tol),
             b, e, first_child, n_children};
-  r.m = m.m, r.qxx = m.qxx, r.qxy = m.qxy, r.qxz = m.qxz, r.qyy = m.qyy, r.qyz = m.qyz, r.qzz = m.qzz;
-  r.qtr = m.qtr;
+  r.moments = {m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, m.qtr};
   return r;
 }
 
