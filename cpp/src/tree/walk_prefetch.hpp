@@ -16,8 +16,9 @@
 // Compute threads report the run they start (started(), from StoreResults::begin_run); the
 // prefetcher keeps each thread's next `depth` runs planned. A run's plan lists only the pages
 // that the thread's last 2 x depth plans did not: consecutive runs share most of their pages,
-// and a subtree whose particles lie on pages planned already is skipped without its MAC tests
-// (N = 1e7 at 1/10: the footprint walks' CPU down ~40%). A thread whose next run is not
+// and a subtree whose particles lie on pages planned already is gone through without its MAC
+// tests (N = 1e7 at 1/10: the footprint walks' CPU down ~40%), only for its cell pages, which
+// the compute threads' walks read. A thread whose next run is not
 // the one after its last (OpenMP handed it a new chunk of runs) restarts its window there.
 // A run's pages are loaded only while the pages of every planned run not yet left behind
 // (each thread's current one included) fit in the cache's frames beside the transient pins:
@@ -81,7 +82,8 @@ class WalkPrefetch {
     void forget(std::size_t keep);                // drop all but the newest `keep` plans
     void drop_newest();                           // its pages were not loaded after all
   };
-  /// The footprint walk's scratch: the cells of the tree level it is at and of the next,
+  /// The footprint walk's scratch: the cells of the tree level it is at and of the next (~k:
+  /// cell k in a subtree that adds no particle page, gone through for its cell pages alone),
   /// their cell pages, and the reads that load those pages a level at a time.
   struct FootprintScratch {
     std::vector<std::int32_t> level, next;
