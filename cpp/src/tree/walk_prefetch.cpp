@@ -118,7 +118,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
     for (const std::int32_t entry : w.level) {
       double d2 = 0;
       const bool quiet = entry < 0;  // in a subtree that adds no particle page
-      const std::int32_t k = quiet ? ~entry : entry;
+      const std::int32_t k = FootprintScratch::cell_of(entry);
       const WalkCell c = cells.walk(k);
       // a cell whose particles lie on pages already planned can add none: its subtree is
       // not tested (the same pages, far fewer MAC tests: most of a run's opened cells are its
@@ -162,7 +162,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
 void WalkPrefetch::load_level(const PagedCellReader& cells, FootprintScratch& w) const {
   w.cell_pages.clear();
   for (const std::int32_t entry : w.level) {
-    const std::int64_t p = cells.page_of(entry < 0 ? ~entry : entry);
+    const std::int64_t p = cells.page_of(FootprintScratch::cell_of(entry));
     if (w.cell_pages.empty() || w.cell_pages.back() != p) w.cell_pages.push_back(p);  // a level is in page order
   }
   if (w.cell_pages.size() < 2) return;  // one page: the reader's own pin loads it as soon

@@ -89,6 +89,8 @@ class WalkPrefetch {
     std::vector<std::int32_t> level, next;
     std::vector<std::int64_t> cell_pages;
     BatchedPageIo* cell_reads;  // not owned: on the cells' file, the prefetch thread's
+    /// The cell of a level entry, quiet or not.
+    static std::int32_t cell_of(std::int32_t entry) { return entry < 0 ? ~entry : entry; }
   };
   /// The local pages (page index within a column) run r reads, its sinks and the leaves its
   /// members open, less those that `marked` flags (planned already); flags what it adds.
@@ -98,7 +100,7 @@ class WalkPrefetch {
   void load_level(const PagedCellReader& cells, FootprintScratch& w) const;
   /// footprint() of run r for `thread`, after the pages its last few runs planned: a run
   /// next to the last one the thread planned shares most of its pages, and the subtrees on
-  /// them are skipped without their MAC tests.
+  /// them are gone through without their MAC tests.
   void plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
                  FootprintScratch& w);
 
