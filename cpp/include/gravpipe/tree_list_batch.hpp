@@ -1,8 +1,10 @@
 // A batch of gathered interaction lists and their sinks packed for the GPU list kernel
 // (cuda_tree_lists.hpp): the CPU threads walk and gather as for the CPU kernels, and append
-// each group's list here instead of evaluating it. Plain host memory and plain records, so
-// that the packing is tested without a GPU; CudaTreeLists copies a batch to pinned memory
-// in one piece and the device reads the same records.
+// each group's list here instead of evaluating it. Plain records in memory the owner
+// chooses (std::pmr): the default heap where the packing is tested without a GPU, page-locked
+// memory from CudaTreeLists::host_memory() on the device path, where each array then goes to
+// the GPU straight from where it was packed (no staging copy) and the device reads the
+// same records.
 //
 // Mixed precision only: the records are the float32 lists of GatheredList (coordinates
 // relative to the group's centre) and the float32 sink coordinates relative to the same
@@ -10,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 #include "gravpipe/tree.hpp"
@@ -34,12 +37,16 @@ static_assert(sizeof(ListParticle<float>) == 16 && sizeof(ListCell<float>) == 48
 constexpr std::size_t kListResultWords = 4;  // ax, ay, az, pot
 
 struct ListBatch {
-  std::vector<ListJob> jobs;
-  std::vector<ListParticle<float>> particles;
-  std::vector<ListCell<float>> cells;
-  std::vector<std::int64_t> pidx;
-  std::vector<ListParticle<float>> sinks;  // x, y, z relative to the job's centre; m unused (0)
-  std::vector<std::int64_t> exclude;       // sorted j index each sink leaves out, or -1
+  /// Arrays allocated from `memory` (which must outlive the batch).
+  explicit ListBatch(std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+      : jobs(memory), particles(memory), cells(memory), pidx(memory), sinks(memory), exclude(memory) {}
+
+  std::pmr::vector<ListJob> jobs;
+  std::pmr::vector<ListParticle<float>> particles;
+  std::pmr::vector<ListCell<float>> cells;
+  std::pmr::vector<std::int64_t> pidx;
+  std::pmr::vector<ListParticle<float>> sinks;  // x, y, z relative to the job's centre; m unused (0)
+  std::pmr::vector<std::int64_t> exclude;       // sorted j index each sink leaves out, or -1
 
   /// Append the list `l` (gathered in mixed precision) and the first n_i sinks of `s`
   /// (set relative to the same centre); returns the job's index. Throws InputError for a

@@ -1,4 +1,5 @@
-// Checked CUDA calls and owning device/pinned-host buffers (RAII), shared by the CUDA sources.
+// Checked CUDA calls and owning device/pinned-host buffers, streams and events (RAII), shared
+// by the CUDA sources.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -66,5 +67,33 @@ template <class T>
 using DeviceBuffer = CudaBuffer<T, DeviceMemory>;
 template <class T>
 using PinnedBuffer = CudaBuffer<T, PinnedHostMemory>;
+
+/// An owned stream that does not synchronise with the legacy default stream, so that
+/// streams of different CPU threads overlap each other.
+class Stream {
+ public:
+  Stream() { GP_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s_); }  // in a destructor: unchecked, nothing to report to
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+/// An owned event. Default: timing events (cudaEventElapsedTime); cudaEventDisableTiming
+/// for events that only mark work done (cheaper to record and wait on).
+class Event {
+ public:
+  explicit Event(unsigned flags = cudaEventDefault) { GP_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
 
 }  // namespace gravpipe::cuda

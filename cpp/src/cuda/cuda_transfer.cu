@@ -12,24 +12,9 @@ namespace gravpipe::cuda {
 
 namespace {
 
-/// CUDA events, destroyed on scope exit.
-class EventPair {
- public:
-  EventPair() {
-    GP_CUDA_CHECK(cudaEventCreate(&start_));
-    GP_CUDA_CHECK(cudaEventCreate(&stop_));
-  }
-  ~EventPair() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t stop() const { return stop_; }
-
- private:
-  cudaEvent_t start_{}, stop_{};
+/// The two events around a timed copy.
+struct EventPair {
+  Event start, stop;
 };
 
 double time_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, int repeats,
@@ -37,12 +22,12 @@ double time_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
   std::vector<double> t;
   GP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));  // warm-up
   for (int r = 0; r < repeats; ++r) {
-    GP_CUDA_CHECK(cudaEventRecord(ev.start()));
+    GP_CUDA_CHECK(cudaEventRecord(ev.start.get()));
     GP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
-    GP_CUDA_CHECK(cudaEventRecord(ev.stop()));
-    GP_CUDA_CHECK(cudaEventSynchronize(ev.stop()));
+    GP_CUDA_CHECK(cudaEventRecord(ev.stop.get()));
+    GP_CUDA_CHECK(cudaEventSynchronize(ev.stop.get()));
     float ms = 0;
-    GP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start(), ev.stop()));
+    GP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start.get(), ev.stop.get()));
     t.push_back(1e-3 * ms);
   }
   std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());

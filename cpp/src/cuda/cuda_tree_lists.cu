@@ -1,11 +1,12 @@
-// CudaTreeLists (cuda_tree_lists.hpp): per-thread lanes of two batch slots, each batch
-// packed into one pinned buffer, copied in with one transfer, evaluated by
-// evaluate_lists (tree_list_kernels.cuh) and its results copied back, all on the lane's
-// stream. Every call and launch is checked (cuda_check.cuh).
+// CudaTreeLists (cuda_tree_lists.hpp): per-thread lanes of two batch slots. A slot's
+// batch, packed by the thread in page-locked memory, is copied array by array straight into
+// the slot's device buffer, evaluated by evaluate_lists (tree_list_kernels.cuh) and the
+// results copied back, all on the lane's stream. Every call and launch is checked
+// (cuda_check.cuh).
 #include <array>
-#include <cstring>
 #include <limits>
 #include <memory>
+#include <memory_resource>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,33 +21,24 @@ namespace gravpipe {
 namespace {
 
 using cuda::DeviceBuffer;
+using cuda::Event;
 using cuda::PinnedBuffer;
+using cuda::Stream;
 
-/// An owned stream that does not synchronise with the legacy default stream: the lanes'
-/// batches overlap each other and the other threads' work.
-class Stream {
- public:
-  Stream() { GP_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s_); }  // in a destructor: unchecked, nothing to report to
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
+/// Page-locked host memory as a std::pmr resource, for the ListBatch arrays: the device's
+/// copy engine reads them directly. Each allocation is its own cudaMallocHost (slow, and it
+/// synchronises), which is fine for arrays that grow a few times and are then reused.
+class PinnedResource final : public std::pmr::memory_resource {
  private:
-  cudaStream_t s_ = nullptr;
-};
-
-/// An owned event that marks a slot's batch done (no timing: cheaper to record and wait).
-class Event {
- public:
-  Event() { GP_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
-  ~Event() { cudaEventDestroy(e_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    void* p = nullptr;
+    // cudaMallocHost returns page-aligned memory: enough for any alignment a vector asks
+    if (alignment > 4096) throw std::bad_alloc();
+    GP_CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 1 : bytes));
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t, std::size_t) override { cudaFreeHost(p); }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
 };
 
 /// Sections of a packed batch start on 256-byte boundaries (the device's widest loads and
@@ -54,7 +46,7 @@ class Event {
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-/// Byte offsets of each array of a batch in its packed copy, and the total.
+/// Byte offsets of each array of a batch in the slot's device buffer, and the total.
 struct PackedLayout {
   std::size_t jobs = 0, particles = 0, cells = 0, pidx = 0, sinks = 0, exclude = 0, total = 0;
   explicit PackedLayout(const ListBatch& b) {
@@ -72,9 +64,10 @@ struct PackedLayout {
   }
 };
 
+/// Start copying array v to device offset `at` of `base` on stream st.
 template <class T>
-void put(unsigned char* base, std::size_t at, const std::vector<T>& v) {
-  if (!v.empty()) std::memcpy(base + at, v.data(), v.size() * sizeof(T));
+void put(unsigned char* base, std::size_t at, const std::pmr::vector<T>& v, cudaStream_t st) {
+  if (!v.empty()) GP_CUDA_CHECK(cudaMemcpyAsync(base + at, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, st));
 }
 
 template <class T>
@@ -90,19 +83,20 @@ void grow(Buffer& b, std::size_t n) {
 }
 
 struct Slot {
-  PinnedBuffer<unsigned char> in_host;
+  ListBatch batch;  // packed by the lane's thread, in page-locked memory
   DeviceBuffer<unsigned char> in_dev;
   DeviceBuffer<double> out_dev;
   PinnedBuffer<double> out_host;
-  Event done;
+  Event done{cudaEventDisableTiming};
   bool busy = false;
+  explicit Slot(std::pmr::memory_resource* pinned) : batch(pinned) {}
 };
 
 struct Lane {
   Stream stream;
   std::array<Slot, CudaTreeLists::kSlots> slots;
-  int next = 0;
-  Lane() = default;
+  static_assert(CudaTreeLists::kSlots == 2, "one initialiser a slot");
+  explicit Lane(std::pmr::memory_resource* pinned) : slots{Slot(pinned), Slot(pinned)} {}
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
   // the slots' buffers are freed after this body: let their transfers finish first
@@ -120,6 +114,7 @@ cuda::ListBatchView device_view(const unsigned char* base, const PackedLayout& a
 struct CudaTreeLists::State {
   int device = 0;
   std::string name;
+  PinnedResource pinned;  // declared before the lanes, whose batches it holds
   std::vector<std::unique_ptr<Lane>> lanes;
 
   Lane& lane(int k) {
@@ -137,7 +132,7 @@ CudaTreeLists::CudaTreeLists(int device, int lanes) : state_(std::make_unique<St
   state_->device = device;
   state_->name = std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
                  std::to_string(prop.multiProcessorCount) + " SMs";
-  for (int k = 0; k < lanes; ++k) state_->lanes.push_back(std::make_unique<Lane>());
+  for (int k = 0; k < lanes; ++k) state_->lanes.push_back(std::make_unique<Lane>(&state_->pinned));
 }
 
 CudaTreeLists::~CudaTreeLists() = default;
@@ -145,6 +140,12 @@ CudaTreeLists::~CudaTreeLists() = default;
 int CudaTreeLists::lanes() const { return static_cast<int>(state_->lanes.size()); }
 
 const std::string& CudaTreeLists::device_name() const { return state_->name; }
+
+ListBatch& CudaTreeLists::batch(int lane, int slot) {
+  Slot& s = state_->lane(lane).slots.at(static_cast<std::size_t>(slot));
+  if (s.busy) throw std::logic_error("CudaTreeLists::batch: the slot's batch is in flight");
+  return s.batch;
+}
 
 void CudaTreeLists::begin(int lane) {
   // OpenMP threads start with device 0 current: make this one current on each of them
@@ -154,37 +155,31 @@ void CudaTreeLists::begin(int lane) {
   for (const Slot& s : l.slots) pending = pending || s.busy;
   if (pending) GP_CUDA_CHECK(cudaStreamSynchronize(l.stream.get()));
   for (Slot& s : l.slots) s.busy = false;
-  l.next = 0;
 }
 
-int CudaTreeLists::submit(int lane, const ListBatch& b, float eps2) {
+void CudaTreeLists::submit(int lane, int slot, float eps2) {
   Lane& l = state_->lane(lane);
-  const int k = l.next;
-  Slot& s = l.slots[static_cast<std::size_t>(k)];
-  if (s.busy) throw std::logic_error("CudaTreeLists::submit: the lane's next slot was not collected");
+  Slot& s = l.slots.at(static_cast<std::size_t>(slot));
+  if (s.busy) throw std::logic_error("CudaTreeLists::submit: the slot's last batch was not collected");
+  const ListBatch& b = s.batch;
   if (b.n_jobs() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     throw InputError("CudaTreeLists: more than 2^31-1 groups in one batch");
   const PackedLayout at(b);
   const std::size_t n_out = kListResultWords * b.n_sinks();
-  grow(s.in_host, at.total), grow(s.in_dev, at.total);
-  grow(s.out_host, n_out), grow(s.out_dev, n_out);
+  grow(s.in_dev, at.total), grow(s.out_host, n_out), grow(s.out_dev, n_out);
+  const cudaStream_t st = l.stream.get();
   if (b.n_jobs() > 0) {
-    unsigned char* h = s.in_host.data();
-    put(h, at.jobs, b.jobs), put(h, at.particles, b.particles), put(h, at.cells, b.cells);
-    put(h, at.pidx, b.pidx), put(h, at.sinks, b.sinks), put(h, at.exclude, b.exclude);
-    const cudaStream_t st = l.stream.get();
-    GP_CUDA_CHECK(cudaMemcpyAsync(s.in_dev.data(), h, at.total, cudaMemcpyHostToDevice, st));
+    unsigned char* d = s.in_dev.data();
+    put(d, at.jobs, b.jobs, st), put(d, at.particles, b.particles, st), put(d, at.cells, b.cells, st);
+    put(d, at.pidx, b.pidx, st), put(d, at.sinks, b.sinks, st), put(d, at.exclude, b.exclude, st);
     const auto blocks = static_cast<unsigned>(b.n_jobs());
-    cuda::evaluate_lists<<<blocks, cuda::kListThreads, 0, st>>>(device_view(s.in_dev.data(), at), eps2,
-                                                                  s.out_dev.data());
+    cuda::evaluate_lists<<<blocks, cuda::kListThreads, 0, st>>>(device_view(d, at), eps2, s.out_dev.data());
     GP_CUDA_CHECK_LAUNCH("evaluate_lists");
     GP_CUDA_CHECK(cudaMemcpyAsync(s.out_host.data(), s.out_dev.data(), n_out * sizeof(double),
                                   cudaMemcpyDeviceToHost, st));
   }
-  GP_CUDA_CHECK(cudaEventRecord(s.done.get(), l.stream.get()));
+  GP_CUDA_CHECK(cudaEventRecord(s.done.get(), st));
   s.busy = true;
-  l.next = (k + 1) % kSlots;
-  return k;
 }
 
 bool CudaTreeLists::busy(int lane, int slot) const {

@@ -20,7 +20,8 @@ const std::string& CudaTreeLists::device_name() const {
   return none;
 }
 void CudaTreeLists::begin(int) {}
-int CudaTreeLists::submit(int, const ListBatch&, float) { throw BackendError("backend 'cuda' is not available"); }
+ListBatch& CudaTreeLists::batch(int, int) { throw BackendError("backend 'cuda' is not available"); }
+void CudaTreeLists::submit(int, int, float) { throw BackendError("backend 'cuda' is not available"); }
 bool CudaTreeLists::busy(int, int) const { return false; }
 const double* CudaTreeLists::collect(int, int) { throw BackendError("backend 'cuda' is not available"); }
 

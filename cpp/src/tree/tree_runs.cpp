@@ -238,8 +238,9 @@ void evaluate_run(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, cons
 // list on all its particles, each member's own) into its ListBatch; the local expansion is
 // evaluated here at packing time. A run never straddles two batches, so that once a batch
 // returns its runs are complete: shared + local + own sums are combined and written then.
-// A batch is sent when it holds kBatchBytes; the thread packs the next while it computes
-// (two slots per lane), and collects the oldest before reusing its slot.
+// The batches are the device's (one a slot, in page-locked memory), so nothing is copied
+// between packing and sending. A batch is sent when it holds kBatchBytes; the thread packs
+// the other slot's while it computes, collecting that slot's last batch first.
 
 /// Packed bytes at which a thread sends its batch: ~100 groups of N = 1e7 Plummer lists,
 /// enough blocks per launch with one launch in flight per thread.
@@ -267,7 +268,8 @@ struct PendingRuns {
 /// One thread's side of the device path: the batch being packed and the batches in flight.
 struct DeviceScratch {
   int lane = 0;
-  ListBatch batch;
+  int slot = 0;                // the slot whose batch is being packed
+  ListBatch* batch = nullptr;  // that slot's batch (CudaTreeLists::batch)
   PendingRuns packing;
   std::array<PendingRuns, CudaTreeLists::kSlots> in_flight;  // by slot
   std::deque<int> order;                                     // slots in flight, oldest first
@@ -282,11 +284,11 @@ void pack_shared(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const
   const std::size_t n_expanded = prepare_shared(e, cells, run, members, sinks, w, work);
   const auto t1 = Clock::now();
   const auto run_n = static_cast<std::size_t>(run.i_end - run.i_begin);
-  const std::size_t job = d.batch.add(w.shared_gathered, w.run_sinks, run_n);
+  const std::size_t job = d.batch->add(w.shared_gathered, w.run_sinks, run_n);
   PendingRuns& p = d.packing;
   PendingRun r;
   r.run = run;
-  r.shared_sink = static_cast<std::size_t>(d.batch.jobs[job].i_begin);
+  r.shared_sink = static_cast<std::size_t>(d.batch->jobs[job].i_begin);
   r.local = p.local.size();
   r.members_begin = r.members_end = p.members.size();
   p.local.resize(r.local + kListResultWords * run_n, 0.0);
@@ -307,8 +309,8 @@ void pack_member(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const
   prepare_member(e, cells, g, sinks, w, work);
   const auto t1 = Clock::now();
   const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
-  const std::size_t job = d.batch.add(w.gathered, w.sinks, n);
-  d.packing.members.push_back({g.i_begin, n, static_cast<std::size_t>(d.batch.jobs[job].i_begin), member_terms(w)});
+  const std::size_t job = d.batch->add(w.gathered, w.sinks, n);
+  d.packing.members.push_back({g.i_begin, n, static_cast<std::size_t>(d.batch->jobs[job].i_begin), member_terms(w)});
   d.packing.runs.back().members_end = d.packing.members.size();
   work.seconds_evaluate += seconds_since(t1);
 }
@@ -349,17 +351,26 @@ void collect_oldest(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, De
   p.clear();
 }
 
-/// Send the packed batch (if any), first collecting the batch whose slot it takes.
+/// Start packing into `slot`'s batch, first collecting the batch it still holds, if any
+/// (the oldest in flight: slots are used in turn).
+template <class Sources, class Sinks, class Results, class Cells>
+void take_slot(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, DeviceScratch& d, int slot) {
+  if (e.device->busy(d.lane, slot)) collect_oldest(e, d);
+  d.slot = slot;
+  d.batch = &e.device->batch(d.lane, slot);
+  d.batch->clear();
+}
+
+/// Send the packed batch (if any) and go on in the next slot.
 template <class Sources, class Sinks, class Results, class Cells>
 void send_batch(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, DeviceScratch& d) {
-  if (d.batch.n_jobs() == 0) return;
-  if (d.order.size() == static_cast<std::size_t>(CudaTreeLists::kSlots)) collect_oldest(e, d);
+  if (d.batch->n_jobs() == 0) return;
   const auto eps2 = static_cast<float>(e.params.eps * e.params.eps);  // as the CPU's mixed kernels round it
-  const int slot = e.device->submit(d.lane, d.batch, eps2);
-  std::swap(d.in_flight[static_cast<std::size_t>(slot)], d.packing);  // keeps both capacities
+  e.device->submit(d.lane, d.slot, eps2);
+  std::swap(d.in_flight[static_cast<std::size_t>(d.slot)], d.packing);  // keeps both capacities
   d.packing.clear();
-  d.order.push_back(slot);
-  d.batch.clear();
+  d.order.push_back(d.slot);
+  take_slot(e, d, (d.slot + 1) % CudaTreeLists::kSlots);
 }
 
 /// Groups [first, last) packed into the thread's batch, which is sent once full.
@@ -374,71 +385,38 @@ void pack_run(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const Re
   }
   e.sources.release_thread();
   e.sinks.release_thread();
-  if (d.batch.bytes() >= kBatchBytes) {
+  if (d.batch->bytes() >= kBatchBytes) {
     const auto t0 = Clock::now();
     send_batch(e, d);
     work.seconds_evaluate += seconds_since(t0);
   }
 }
 
-/// evaluate_groups with the lists on the GPU (e.device): the same runs, the same chunks.
-template <class Sources, class Sinks, class Results, class Cells>
-GroupWork evaluate_groups_device(const GroupEvaluation<Sources, Sinks, Results, Cells>& e,
-                                 const std::vector<Group>& groups, int threads) {
-  if (e.params.precision != Precision::Mixed)
-    throw InputError("tree backend 'cuda': the GPU list kernel is mixed precision only (got precision 'double')");
-  if (e.device->lanes() < threads)
-    throw InputError("tree backend 'cuda': fewer device lanes than threads");
-  const auto runs = make_runs(groups);
-  const auto nr = static_cast<std::int64_t>(runs.size());
-  const std::int64_t chunk = std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
-  GroupWork total;
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  auto record = [&](std::exception_ptr p) {
-#pragma omp critical(gravpipe_group_error)
-    if (!error) error = p;
-    failed = true;
-  };
-#pragma omp parallel num_threads(threads)
-  {
-    GroupScratch w;
-    DeviceScratch d;
-    GroupWork mine;
-    d.lane = omp_get_thread_num();
-    const auto cells = e.cells.reader();
-    try {
-      e.device->begin(d.lane);
-    } catch (...) {
-      record(std::current_exception());
-    }
-#pragma omp for schedule(dynamic, chunk)
-    for (std::int64_t r = 0; r < nr; ++r) {
-      if (failed.load(std::memory_order_relaxed)) continue;
-      try {
-        const auto [first, last] = runs[r];
-        pack_run(e, cells, {&groups[first], last - first}, w, d, mine);
-      } catch (...) {
-        e.sources.release_thread();
-        e.sinks.release_thread();
-        record(std::current_exception());
-      }
-    }
-    // the thread's last batch, then every batch still in flight, oldest first
-    try {
-      const auto t0 = Clock::now();
-      if (!failed.load()) send_batch(e, d);
-      while (!failed.load() && !d.order.empty()) collect_oldest(e, d);
-      mine.seconds_evaluate += seconds_since(t0);
-    } catch (...) {
-      record(std::current_exception());
-    }
-#pragma omp critical(gravpipe_group_work)
-    total += mine;
+/// One thread's runs with their lists on the GPU (e.device).
+template <class Evaluation>
+class DeviceRuns {
+ public:
+  DeviceRuns(const Evaluation& e, int thread) : e_(e), cells_(e.cells.reader()) { d_.lane = thread; }
+  void begin() {
+    e_.device->begin(d_.lane);
+    d_.order.clear();
+    take_slot(e_, d_, 0);
   }
-  if (error) std::rethrow_exception(error);
-  return total;
-}
+  void run(Span<const Group> members, GroupWork& work) { pack_run(e_, cells_, members, w_, d_, work); }
+  /// The last batch, then every batch still in flight, oldest first.
+  void finish(GroupWork& work) {
+    const auto t0 = Clock::now();
+    send_batch(e_, d_);
+    while (!d_.order.empty()) collect_oldest(e_, d_);
+    work.seconds_evaluate += seconds_since(t0);
+  }
+
+ private:
+  const Evaluation& e_;
+  decltype(std::declval<const Evaluation&>().cells.reader()) cells_;  // this thread's
+  GroupScratch w_;
+  DeviceScratch d_;
+};
 
 }  // namespace
 
@@ -481,10 +459,29 @@ GroupWork& GroupWork::operator+=(const GroupWork& o) {
   return *this;
 }
 
-template <class Sources, class Sinks, class Results, class Cells>
-GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const std::vector<Group>& groups,
-                          int threads) {
-  if (e.device != nullptr) return evaluate_groups_device(e, groups, threads);
+namespace {
+
+/// One thread's runs on the CPU kernels.
+template <class Evaluation>
+class CpuRuns {
+ public:
+  CpuRuns(const Evaluation& e, int /*thread*/) : e_(e), cells_(e.cells.reader()) {}
+  void begin() {}
+  void run(Span<const Group> members, GroupWork& work) { evaluate_run(e_, cells_, members, w_, work); }
+  void finish(GroupWork&) {}
+
+ private:
+  const Evaluation& e_;
+  decltype(std::declval<const Evaluation&>().cells.reader()) cells_;  // this thread's (a paged one holds its own pins)
+  GroupScratch w_;
+};
+
+/// The runs of `groups` shared among `threads`, each thread's through its own Worker
+/// (CpuRuns or DeviceRuns): begin(), run(members, work) for each of its runs in turn, then
+/// finish(work). The first failure of any thread (a page that fails its checksum, a device
+/// error) stops the others' remaining runs and is rethrown here.
+template <class Worker, class Evaluation>
+GroupWork share_runs(const Evaluation& e, const std::vector<Group>& groups, int threads) {
   const auto runs = make_runs(groups);
   const auto nr = static_cast<std::int64_t>(runs.size());
   // chunks of consecutive runs: a thread's next run is the curve's next, on pages near its
@@ -492,32 +489,57 @@ GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>&
   // the schedule: each run is one thread's, summed in a fixed order.
   const std::int64_t chunk = std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
   GroupWork total;
-  std::exception_ptr error;  // the first failure (a page that fails its checksum): rethrown here
+  std::exception_ptr error;
   std::atomic<bool> failed{false};
+  auto record = [&] {  // inside a catch block
+#pragma omp critical(gravpipe_group_error)
+    if (!error) error = std::current_exception();
+    failed = true;
+  };
 #pragma omp parallel num_threads(threads)
   {
-    GroupScratch w;
     GroupWork mine;
-    const auto cells = e.cells.reader();  // this thread's (a paged one holds its own pins)
+    Worker worker(e, omp_get_thread_num());
+    try {
+      worker.begin();
+    } catch (...) {
+      record();
+    }
 #pragma omp for schedule(dynamic, chunk)
     for (std::int64_t r = 0; r < nr; ++r) {
       if (failed.load(std::memory_order_relaxed)) continue;
       try {
         const auto [first, last] = runs[r];
-        evaluate_run(e, cells, {&groups[first], last - first}, w, mine);
+        worker.run({&groups[first], last - first}, mine);
       } catch (...) {
         e.sources.release_thread();
         e.sinks.release_thread();
-#pragma omp critical(gravpipe_group_error)
-        if (!error) error = std::current_exception();
-        failed = true;
+        record();
       }
+    }
+    try {
+      if (!failed.load()) worker.finish(mine);
+    } catch (...) {
+      record();
     }
 #pragma omp critical(gravpipe_group_work)
     total += mine;  // counts are exact in any order; only the timers' sums vary
   }
   if (error) std::rethrow_exception(error);
   return total;
+}
+
+}  // namespace
+
+template <class Sources, class Sinks, class Results, class Cells>
+GroupWork evaluate_groups(const GroupEvaluation<Sources, Sinks, Results, Cells>& e, const std::vector<Group>& groups,
+                          int threads) {
+  using Evaluation = GroupEvaluation<Sources, Sinks, Results, Cells>;
+  if (e.device == nullptr) return share_runs<CpuRuns<Evaluation>>(e, groups, threads);
+  if (e.params.precision != Precision::Mixed)
+    throw InputError("tree backend 'cuda': the GPU list kernel is mixed precision only (got precision 'double')");
+  if (e.device->lanes() < threads) throw InputError("tree backend 'cuda': fewer device lanes than threads");
+  return share_runs<DeviceRuns<Evaluation>>(e, groups, threads);
 }
 
 template GroupWork evaluate_groups<InCoreParticles, InCoreParticles, CallerResults, InCoreCells>(
