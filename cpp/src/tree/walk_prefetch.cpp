@@ -92,8 +92,10 @@ std::int64_t WalkPrefetch::failures() const {
 }
 
 void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                             FootprintScratch& w, std::vector<std::uint8_t>& marked) const {
+                             FootprintScratch& w, Window& window) const {
+  std::vector<std::uint8_t>& marked = window.marked;
   pages.clear();
+  w.quiet_roots.clear();
   const auto [first, last] = runs_[static_cast<std::size_t>(r)];
   const Span<const Group> members(&groups_[first], last - first);
   const Group run = run_group(members);
@@ -112,29 +114,31 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
   // page: N = 1e7 at 1/10, this thread waited 2.2-3.0 s a walk on single cell pages). The
   // pages found do not depend on the order: a skipped subtree could add none.
   w.level.assign(1, 0);
-  while (!w.level.empty()) {
+  w.quiet.clear();
+  while (!w.level.empty() || !w.quiet.empty()) {
     load_level(cells, w);
-    w.next.clear();
-    for (const std::int32_t entry : w.level) {
+    w.next.clear(), w.quiet_next.clear();
+    for (const auto& [lo, hi] : w.quiet) quiet_children(cells, lo, hi, w.quiet_next);
+    for (const std::int32_t k : w.level) {
       double d2 = 0;
-      const bool quiet = entry < 0;  // in a subtree that adds no particle page
-      const std::int32_t k = FootprintScratch::cell_of(entry);
       const WalkCell c = cells.walk(k);
       // a cell whose particles lie on pages already planned can add none: its subtree is
       // not tested (the same pages, far fewer MAC tests: most of a run's opened cells are its
-      // near neighbours, on its own few pages). Its cells are still gone through, a level
-      // at a time, so that their cell pages load with the level's: the compute threads
-      // walk those cells (N = 1e7 at 1/10: ~64% of their cell misses were pages that no
+      // near neighbours, on its own few pages). Its cells are still gone through, a range a
+      // level, so that their cell pages load with the level's: the compute threads walk
+      // those cells (N = 1e7 at 1/10: ~64% of their cell misses were pages that no
       // footprint had visited, the quiet subtrees' ones).
-      bool skip = quiet;
-      if (!skip && c.begin >= 0 && c.end > c.begin) {
+      if (c.begin >= 0 && c.end > c.begin) {
         const std::int64_t a = c.begin / per_page_, b = (c.end - 1) / per_page_;
-        skip = b - a <= 1 && marked[static_cast<std::size_t>(a)] && marked[static_cast<std::size_t>(b)];
-      }
-      if (skip) {
-        if (c.first_child >= 0)
-          for (std::int32_t q = c.first_child; q < c.first_child + c.n_children; ++q) w.next.push_back(~q);
-        continue;
+        if (b - a <= 1 && marked[static_cast<std::size_t>(a)] && marked[static_cast<std::size_t>(b)]) {
+          // unless one of the thread's last plans went through it already, loading its cell
+          // pages (consecutive runs share most of their near neighbours)
+          if (c.first_child >= 0 && window.quiet_seen.count(k) == 0) {
+            w.quiet_roots.push_back(k);
+            w.quiet_next.emplace_back(c.first_child, c.first_child + c.n_children - 1);
+          }
+          continue;
+        }
       }
       if (run_acceptor.accepts(k, c, d2)) continue;  // every member accepts what the run does
       bool all_accept = true;
@@ -150,7 +154,9 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
         for (std::int64_t p = c.begin / per_page_; p <= (c.end - 1) / per_page_; ++p) add(p);
       }
     }
+    merge_ranges(w.quiet_next);
     std::swap(w.level, w.next);
+    std::swap(w.quiet, w.quiet_next);
   }
   std::sort(pages.begin(), pages.end());
   // nearest the run's own page first: the run reads its own and its neighbours' first
@@ -161,10 +167,14 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
 
 void WalkPrefetch::load_level(const PagedCellReader& cells, FootprintScratch& w) const {
   w.cell_pages.clear();
-  for (const std::int32_t entry : w.level) {
-    const std::int64_t p = cells.page_of(FootprintScratch::cell_of(entry));
+  for (const std::int32_t k : w.level) {
+    const std::int64_t p = cells.page_of(k);
     if (w.cell_pages.empty() || w.cell_pages.back() != p) w.cell_pages.push_back(p);  // a level is in page order
   }
+  for (const auto& [lo, hi] : w.quiet)
+    for (std::int64_t p = cells.page_of(lo); p <= cells.page_of(hi); ++p) w.cell_pages.push_back(p);
+  std::sort(w.cell_pages.begin(), w.cell_pages.end());
+  w.cell_pages.erase(std::unique(w.cell_pages.begin(), w.cell_pages.end()), w.cell_pages.end());
   if (w.cell_pages.size() < 2) return;  // one page: the reader's own pin loads it as soon
   try {
     cells_.prefetch(Span<const std::int64_t>(w.cell_pages.data(), w.cell_pages.size()), *w.cell_reads);
@@ -172,15 +182,57 @@ void WalkPrefetch::load_level(const PagedCellReader& cells, FootprintScratch& w)
   }
 }
 
+void WalkPrefetch::quiet_children(const PagedCellReader& cells, std::int32_t lo, std::int32_t hi,
+                                  std::vector<std::pair<std::int32_t, std::int32_t>>& out) {
+  // children blocks follow their parents' order: those of [lo, hi] run from the first
+  // child of its first inner cell to the last child of its last one
+  std::int32_t first = lo, last = hi;
+  while (first <= hi && cells.walk(first).first_child < 0) ++first;
+  if (first > hi) return;  // leaves only
+  while (cells.walk(last).first_child < 0) --last;
+  const WalkCell a = cells.walk(first), b = cells.walk(last);
+  out.emplace_back(a.first_child, b.first_child + b.n_children - 1);
+}
+
+void WalkPrefetch::merge_ranges(std::vector<std::pair<std::int32_t, std::int32_t>>& ranges) {
+  if (ranges.size() < 2) return;
+  std::sort(ranges.begin(), ranges.end());
+  std::size_t kept = 0;
+  for (std::size_t q = 1; q < ranges.size(); ++q) {
+    if (ranges[q].first <= ranges[kept].second + 1)
+      ranges[kept].second = std::max(ranges[kept].second, ranges[q].second);
+    else
+      ranges[++kept] = ranges[q];
+  }
+  ranges.resize(kept + 1);
+}
+
+void WalkPrefetch::Window::push(const std::vector<std::int64_t>& pages, const std::vector<std::int32_t>& roots) {
+  plans.push_back(pages);
+  quiet_roots.push_back(roots);
+  for (const std::int32_t k : roots) ++quiet_seen[k];
+}
+
 void WalkPrefetch::Window::forget(std::size_t keep) {
-  for (; plans.size() > keep; plans.pop_front())
+  for (; plans.size() > keep; plans.pop_front(), quiet_roots.pop_front()) {
     for (const std::int64_t p : plans.front()) marked[static_cast<std::size_t>(p)] = 0;
+    for (const std::int32_t k : quiet_roots.front())
+      if (--quiet_seen[k] == 0) quiet_seen.erase(k);
+  }
 }
 
 void WalkPrefetch::Window::drop_newest() {
   if (plans.empty()) return;
   for (const std::int64_t p : plans.back()) marked[static_cast<std::size_t>(p)] = 0;
-  plans.pop_back();
+  for (const std::int32_t k : quiet_roots.back())
+    if (--quiet_seen[k] == 0) quiet_seen.erase(k);
+  plans.pop_back(), quiet_roots.pop_back();
+}
+
+void WalkPrefetch::Window::clear() {
+  std::fill(marked.begin(), marked.end(), std::uint8_t{0});
+  plans.clear(), quiet_roots.clear(), quiet_seen.clear();
+  last = -2;
 }
 
 void WalkPrefetch::plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells,
@@ -192,21 +244,19 @@ void WalkPrefetch::plan_next(std::size_t thread, std::int64_t r, const PagedCell
   w.forget(r == w.last + 1 ? static_cast<std::size_t>(2 * depth_) : 0);
   w.last = r;
   try {
-    footprint(r, cells, pages, scratch, w.marked);
+    footprint(r, cells, pages, scratch, w);
   } catch (...) {  // the footprint left flags of pages it had not listed yet
-    std::fill(w.marked.begin(), w.marked.end(), std::uint8_t{0});
-    w.plans.clear();
-    w.last = -2;
+    w.clear();
     throw;
   }
-  w.plans.push_back(pages);
+  w.push(pages, scratch.quiet_roots);
 }
 
 void WalkPrefetch::serve() {
   const PagedCellReader cells = cells_.reader();  // this thread's pins
   std::vector<std::int64_t> pages, batch;
   BatchedPageIo cell_reads(cells_.file(), kReadDepth);
-  FootprintScratch scratch{{}, {}, {}, &cell_reads};
+  FootprintScratch scratch{{}, {}, {}, {}, {}, {}, &cell_reads};
   const auto nr = static_cast<std::int64_t>(runs_.size());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
