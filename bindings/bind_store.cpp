@@ -220,6 +220,11 @@ void bind_store(nb::module_& m) {
         nb::gil_scoped_release release;
         return s.prefetch_pages(Span<const std::int64_t>(pages.data(), pages.size()));
       }, nb::arg("pages"), "Load pages ahead of their use, their reads in flight together; returns the loads that failed.")
+      .def("clean_cold", [](StoreBox& b) {
+        ParticleStore& s = b.get();
+        nb::gil_scoped_release release;
+        return s.cache().clean_cold();
+      }, "Write back one batch of dirty pages next in line for eviction; returns how many.")
       .def("write_through",
            [](StoreBox& b, const std::vector<std::tuple<std::string, int>>& columns, std::int64_t begin,
               nb::ndarray<const std::uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> values,

@@ -378,6 +378,37 @@ def test_an_eviction_writes_its_dirty_victim_back_with_other_cold_dirty_pages_in
         assert np.array_equal(s.read("id", 0, n), ids)  # every page checked against its CRC32C
 
 
+@pytest.mark.parametrize("io_mode", ["auto", "buffered"])
+def test_clean_cold_writes_the_dirty_pages_next_in_line_ahead_of_their_eviction(tmp_path, io_mode):
+    """clean_cold (the walk's prefetch thread, when idle) writes back a batch of 16 cold dirty
+    pages on a direct-I/O file: they stay resident and clean, so the evictions and the flush
+    that follow write nothing more, and every value reads back from the frames and, cold,
+    from the file. Pages in use (not cooled) are left alone; a buffered file is left to the
+    kernel's write-behind."""
+    per = PAGE // 8  # ids a page
+    n = 32 * per
+    ids = np.random.default_rng(29).integers(-2**62, 2**62, size=n)
+    with ParticleStore(tmp_path, n, memory_budget="64MiB", cache_bytes=32 * PAGE, page_bytes=PAGE,
+                       threads=2, read_ahead=0, io=io_mode) as s:
+        assert s.frames == 32
+        s.write("id", 0, ids)  # 32 dirty pages fill the cache, just used: none cold
+        s.reset_stats()
+        if s.io_mode != "direct":
+            assert s.clean_cold() == 0 and s.stats()["pages_written"] == 0
+            return
+        assert s.clean_cold() == 0 and s.stats()["pages_written"] == 0
+        s.cool("id", 0, n)
+        assert s.clean_cold() == 16 and s.clean_cold() == 16 and s.clean_cold() == 0
+        st = s.stats()
+        assert st["pages_written"] == 32 and st["pages_read"] == 0 and st["evictions"] == 0
+        s.read("vel", 0, 1)  # a victim: clean already, nothing to write
+        s.flush()
+        assert s.stats()["pages_written"] == 32
+        assert np.array_equal(s.read("id", 0, n), ids)
+        s.evict_all()
+        assert np.array_equal(s.read("id", 0, n), ids)  # every page checked against its CRC32C
+
+
 def test_pos_and_mass_share_pages_column_after_column(tmp_path):
     """The page group "body": one page holds x, y, z, m of the same particles, each a
     contiguous column of page_bytes / 32 values, and its bytes on disk are those values."""

@@ -240,6 +240,15 @@ class ParticleStore:
         reads it again and raises the error (e.g. :class:`~gravpipe.errors.ChecksumError`)."""
         return int(self._core.prefetch_pages([int(p) for p in pages]))
 
+    def clean_cold(self) -> int:
+        """Write back one batch (up to 16) of the dirty pages next in line for eviction (not
+        used since the eviction hand last passed them, unpinned), their writes in flight
+        together; they stay in the cache, clean. The walk's prefetch thread does this while it
+        has nothing to plan, so that the compute threads' evictions find clean frames instead
+        of waiting for write-backs. Returns how many pages it wrote: 0 when none is dirty and
+        cold, or on a buffered file (the kernel writes behind there already)."""
+        return int(self._core.clean_cold())
+
     def write_through(self, begin: int, values: dict[str, np.ndarray], staging_pages: int = 8) -> None:
         """Write particles [begin, begin + count) of several fields at once, as the external
         sort's permute writes its output: ``values`` maps each field to an array shaped as

@@ -81,6 +81,13 @@ class PageCache {
   /// read or checksum fails is left absent: the pin that wants it reads it again and raises
   /// the error there. Returns how many failed (reads, checksums, write-backs of victims).
   std::int64_t prefetch_many(Span<const std::int64_t> pages, BatchedPageIo& reads);
+  /// Write back one batch of dirty frames that are next in line for eviction (cold and
+  /// unpinned, found from the eviction hand on), their writes in flight together; they stay
+  /// resident, clean. For a helper thread with nothing else to do (the walk's prefetch), so
+  /// that a thread that needs a frame finds a clean one instead of waiting for a write-back.
+  /// Returns how many it cleaned (0: none dirty and cold, a buffered file, or a write that
+  /// failed: that page stays dirty and whoever evicts it next meets the error).
+  std::size_t clean_cold();
   /// Pages whose every byte the caller replaces, straight to the file through `io` (several
   /// writes in flight, neighbours joined), past the frames: a copy in memory is dropped
   /// (waiting for one being loaded or written back), and no frame is taken, so that a stream
@@ -154,7 +161,7 @@ class PageCache {
   void complete_claim(const Claim& c, Access access, bool was_read);
   bool crc_matches(std::int64_t page, const unsigned char* data) const;
   void write_back(std::int64_t page, const unsigned char* data);
-  void clean_with_cold_neighbours(int victim, std::unique_lock<std::mutex>& lock);
+  std::size_t clean_with_cold_neighbours(int victim, std::unique_lock<std::mutex>& lock);
   /// AIO contexts for clean_with_cold_neighbours, one taken by each thread that cleans
   /// (as many as ever cleaned at once); under mutex_.
   std::vector<std::unique_ptr<BatchedPageIo>> idle_writers_;

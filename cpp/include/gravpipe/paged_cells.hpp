@@ -124,6 +124,10 @@ class PagedCells {
   std::int64_t prefetch(Span<const std::int64_t> pages, BatchedPageIo& io) const {
     return cache_->prefetch_many(pages, io);
   }
+  /// PageCache::clean_cold on the cells' cache.
+  std::size_t clean_cold() const {
+    return cache_->clean_cold();
+  }
   const PageFile& file() const { return *file_; }
 
  private:

@@ -31,6 +31,8 @@ class EvictionPolicy {
   /// passed it (or cooled); LRU, cooled.
   bool cold(std::size_t f) const { return kind_ == Eviction::Clock ? ref_[f] == 0 : stamp_[f] == 0; }
 
+  /// Where the next search for a victim starts (CLOCK: the hand; LRU: frame 0).
+  std::size_t next() const { return kind_ == Eviction::Clock ? hand_ : 0; }
   /// The frame to reuse among those where can_evict(f) holds, or -1 when none does.
   template <class CanEvict>
   int victim(CanEvict&& can_evict) {

@@ -206,7 +206,7 @@ constexpr std::size_t kCleanBatch = 16;
 // BatchedPageIo batch, and made clean and ready again, their pages still resident. A page
 // whose write fails stays dirty, as a failed eviction leaves it; the victim's failure is
 // raised (the others' are met by whoever evicts them next).
-void PageCache::clean_with_cold_neighbours(int victim, std::unique_lock<std::mutex>& lock) {
+std::size_t PageCache::clean_with_cold_neighbours(int victim, std::unique_lock<std::mutex>& lock) {
   const std::size_t n = frames_.size();
   std::vector<int> batch{victim};
   for (std::size_t step = 1; step < n && batch.size() < kCleanBatch; ++step) {
@@ -246,6 +246,24 @@ void PageCache::clean_with_cold_neighbours(int victim, std::unique_lock<std::mut
   }
   changed_.notify_all();
   if (errors[0] != 0) fail_io("writing", pages[0].page, errors[0]);
+  return batch.size();
+}
+
+std::size_t PageCache::clean_cold() {
+  if (file_.mode() != IoMode::Direct) return 0;  // buffered: the kernel writes behind already
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::size_t n = frames_.size();
+  for (std::size_t step = 0; step < n; ++step) {
+    const std::size_t f = (policy_->next() + step) % n;
+    const Frame& fr = frames_[f];
+    if (fr.state != State::Ready || !fr.dirty || fr.pins != 0 || !policy_->cold(f)) continue;
+    try {
+      return clean_with_cold_neighbours(static_cast<int>(f), lock);
+    } catch (const std::exception&) {  // the page stays dirty: its eviction raises the error
+      return 0;
+    }
+  }
+  return 0;
 }
 
 // With the lock held: frame f is given to `page`, busy until complete_claim or drop_claim.

@@ -271,7 +271,13 @@ void WalkPrefetch::serve() {
       if (ahead < best_ahead) best = t, best_ahead = ahead;
     }
     if (best == cursors_.size()) {
-      wake_.wait(lock);
+      // nothing to plan: write back dirty frames next in line for eviction meanwhile (the
+      // walk's results and the next sort's keys; the build's cell records), so that the
+      // compute threads' evictions find clean frames instead of waiting for write-backs
+      lock.unlock();
+      const std::size_t cleaned = store_.cache().clean_cold() + cells_.clean_cold();
+      lock.lock();
+      if (cleaned == 0 && !stop_) wake_.wait(lock);
       continue;
     }
     const std::int64_t r = cursors_[best].next++;
