@@ -88,6 +88,14 @@ class WalkPrefetch {
     std::unordered_map<std::int32_t, std::uint32_t> quiet_seen;
     void push(const std::vector<std::int64_t>& pages, const std::vector<std::int32_t>& roots);
     void forget(std::size_t keep);  // drop all but the newest `keep` plans
+    /// Unflag the pages of the recent plans that `resident(page)` says have left the cache
+    /// since, so that the next footprint plans them again.
+    template <class Resident>
+    void unmark_evicted(Resident&& resident) {
+      for (const auto& plan : plans)
+        for (const std::int64_t p : plan)
+          if (marked[static_cast<std::size_t>(p)] && !resident(p)) marked[static_cast<std::size_t>(p)] = 0;
+    }
     void drop_newest();             // its pages were not loaded after all
     void clear();
   };
