@@ -15,7 +15,8 @@
 //
 // Compute threads report the run they start (started(), from StoreResults::begin_run); the
 // prefetcher keeps each thread's next `depth` runs planned. A run's plan lists only the pages
-// that the thread's last 2 x depth plans did not: consecutive runs share most of their pages,
+// that the thread's last 2 x depth plans did not (or did, but that have left the cache
+// since): consecutive runs share most of their pages,
 // and a subtree whose particles lie on pages planned already is gone through without its MAC
 // tests (N = 1e7 at 1/10: the footprint walks' CPU down ~40%), only for its cell pages, which
 // the compute threads' walks read: a range of cells a level, not each cell (N = 1e7: ~23k
