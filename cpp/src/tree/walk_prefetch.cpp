@@ -213,19 +213,19 @@ void WalkPrefetch::Window::push(const std::vector<std::int64_t>& pages, const st
   for (const std::int32_t k : roots) ++quiet_seen[k];
 }
 
+void WalkPrefetch::Window::release(const std::vector<std::int64_t>& pages, const std::vector<std::int32_t>& roots) {
+  for (const std::int64_t p : pages) marked[static_cast<std::size_t>(p)] = 0;
+  for (const std::int32_t k : roots)
+    if (--quiet_seen[k] == 0) quiet_seen.erase(k);
+}
+
 void WalkPrefetch::Window::forget(std::size_t keep) {
-  for (; plans.size() > keep; plans.pop_front(), quiet_roots.pop_front()) {
-    for (const std::int64_t p : plans.front()) marked[static_cast<std::size_t>(p)] = 0;
-    for (const std::int32_t k : quiet_roots.front())
-      if (--quiet_seen[k] == 0) quiet_seen.erase(k);
-  }
+  for (; plans.size() > keep; plans.pop_front(), quiet_roots.pop_front()) release(plans.front(), quiet_roots.front());
 }
 
 void WalkPrefetch::Window::drop_newest() {
   if (plans.empty()) return;
-  for (const std::int64_t p : plans.back()) marked[static_cast<std::size_t>(p)] = 0;
-  for (const std::int32_t k : quiet_roots.back())
-    if (--quiet_seen[k] == 0) quiet_seen.erase(k);
+  release(plans.back(), quiet_roots.back());
   plans.pop_back(), quiet_roots.pop_back();
 }
 

@@ -88,6 +88,8 @@ class WalkPrefetch {
     std::deque<std::vector<std::int32_t>> quiet_roots;
     std::unordered_map<std::int32_t, std::uint32_t> quiet_seen;
     void push(const std::vector<std::int64_t>& pages, const std::vector<std::int32_t>& roots);
+    /// Unflag one plan's pages and quiet subtrees (it leaves the window).
+    void release(const std::vector<std::int64_t>& pages, const std::vector<std::int32_t>& roots);
     void forget(std::size_t keep);  // drop all but the newest `keep` plans
     /// Unflag the pages of the recent plans that `resident(page)` says have left the cache
     /// since, so that the next footprint plans them again.
