@@ -1,4 +1,4 @@
-// Bindings of the curve-order module (gravpipe/curve_order.hpp): Morton keys of positions in
+// Bindings of the curve-order module (gravpipe/curve_order.hpp): Hilbert keys of positions in
 // a cube and the deterministic sort, for Python layers that cut sets along the curve (MPI
 // domains, out-of-core pages) and for the tests. Arrays arrive validated and C-contiguous.
 #include <nanobind/nanobind.h>
@@ -49,7 +49,7 @@ void bind_curve(nb::module_& m) {
           return to_numpy(std::move(keys), {n});
         },
         nb::arg("pos"), nb::arg("lo"), nb::arg("hi"), nb::arg("threads") = 0,
-        "63-bit Morton keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp.");
+        "63-bit Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp.");
   m.def("sort_keys",
         [](Keys keys, int threads) {
           std::vector<std::uint64_t> sorted(keys.data(), keys.data() + keys.size());

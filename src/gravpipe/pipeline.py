@@ -21,7 +21,7 @@ Precision modes and their tested error bounds (relative RMS over particles of
               arithmetic with rsqrt + one Newton step, float32 partial sums over tiles of 32
               j-particles flushed into float64; acc, pot <= 1e-6, jerk <= 1e-5 (measured
               ~1.3e-7, ~5e-8 and ~4e-7 on Plummer and clustered sets). Both i and j sets are
-              put in Morton order internally; tiles far from an i-block (all lanes beyond
+              put in curve order internally; tiles far from an i-block (all lanes beyond
               1.5 tile radii) use tile-relative float coordinates, one add per coordinate.
               Coordinates and velocities must stay below 1e18 in magnitude (float32 range
               of r^2).

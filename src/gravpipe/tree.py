@@ -5,7 +5,7 @@
     acc, pot = tree.forces(pos_i)                 # field of the tree's particles at other points
     tree.stats                                    # interactions / MAC tests per body, seconds per stage
 
-Method (Barnes & Hut 1986; Barnes 1990; Makino 1991): particles are sorted along a Morton
+Method (Barnes & Hut 1986; Barnes 1990; Makino 1991): particles are sorted along a Peano-Hilbert
 curve (21 bits per axis), the octree's cells are ranges of that order (leaves of <= n_leaf
 particles, depth <= 21 levels), each cell carries mass, centre of mass, bounding box and a
 traceless quadrupole. Groups of <= n_crit particles walk the tree once and share one

@@ -1,7 +1,7 @@
-// Space-filling-curve order, the one module for it: Morton keys of positions within a cube,
-// and a deterministic parallel sort of keys. The pipeline orders its j- and i-memories
-// along the curve (compact tiles), the tree's cells are ranges of it, and next the
-// out-of-core store's pages and the MPI domains will be ranges of it too. (The CUDA backend
+// Space-filling-curve order, the one module for it: Peano-Hilbert keys of positions within
+// a cube (hilbert.hpp), and a deterministic parallel sort of keys. The pipeline orders its
+// j- and i-memories along the curve (compact tiles); the tree's cells, the out-of-core
+// store's pages and the MPI domains are ranges of it. (The CUDA backend
 // keys and sorts on the device with its own 30-bit keys: there the order decides only the
 // tiling, never the results.)
 //
@@ -22,7 +22,7 @@
 
 namespace gravpipe {
 
-/// The cube that maps positions onto the grid of 2^kMortonBitsPerAxis cells per axis.
+/// The cube that maps positions onto the grid of 2^kMortonBitsPerAxis (21) cells per axis.
 struct CurveBox {
   double lo[3] = {0, 0, 0};  // lower corner
   double scale = 0;          // grid cells per length unit (0: every key is 0)
@@ -69,7 +69,7 @@ CurveBox step_frame(const AxisBounds& before, const AxisBounds& after);
 /// while the new positions stay inside it.
 AxisBounds with_room(const AxisBounds& before);
 
-/// Morton key of each position (3n row-major) within `box`; positions outside it clamp to
+/// Hilbert key of each position (3n row-major) within `box`; positions outside it clamp to
 /// its faces, so foreign points (forces at arbitrary positions) still get valid keys.
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads);
 /// The same into `keys` (resized; its capacity reused: a rebuild faults no new pages in).

@@ -34,7 +34,7 @@ static_assert(sizeof(JPosMixed) == 32 && sizeof(JVelMixed) == 32, "j records are
 static_assert(sizeof(JPosDouble) == 32 && sizeof(JVelDouble) == 32, "j records are 32 bytes");
 
 /// Mixed precision j-particles are grouped in tiles of kJTile consecutive particles (in
-/// Morton order, so a tile is compact in space). Within a tile, positions and velocities
+/// curve order, so a tile is compact in space). Within a tile, positions and velocities
 /// are also stored relative to the tile's centre: for an i-particle far from the tile the
 /// kernel forms d = (x_j - c) + (c - x_i) with one float add per coordinate, (c - x_i)
 /// being computed once per tile from the hi+lo pairs. Near tiles use the hi+lo pairs.

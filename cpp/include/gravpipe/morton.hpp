@@ -1,7 +1,7 @@
 // Morton (Z-order) keys: 21 bits per axis interleaved into 63 bits, on the host and in CUDA
-// kernels. Sorting particles by key puts spatial neighbours next to each other, which the
-// pipeline's tiles, the tree and the out-of-core pages all rely on for locality; the keys
-// of positions and the sort are curve_order.hpp.
+// kernels. On the host they are the octant digits that hilbert.hpp turns into the curve
+// keys the pipeline, the tree, the out-of-core pages and the MPI domains sort by
+// (curve_order.hpp); the CUDA backend tiles its sets by 30-bit Morton keys directly.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // The Barnes-Hut treecode (Barnes & Hut 1986) with grouped interaction lists (Barnes 1990;
-// Makino 1991's treecode on GRAPE): particles in Morton order, an octree whose cells are
+// Makino 1991's treecode on GRAPE): particles in Hilbert order, an octree whose cells are
 // contiguous ranges of that order, monopole + quadrupole moments, one interaction list per
 // group of <= n_crit particles, and the lists evaluated with the pipeline's pairwise
 // interaction (pair_interaction.hpp).
@@ -37,7 +37,7 @@ namespace gravpipe {
 
 class CudaTreeLists;  // cuda_tree_lists.hpp
 
-/// Deepest octree level: 21 bits per axis of the Morton key. Cells at this level are
+/// Deepest octree level: 21 bits per axis of the curve key. Cells at this level are
 /// leaves whatever their count, so identical coordinates cannot recurse forever.
 constexpr int kTreeMaxLevel = 21;
 

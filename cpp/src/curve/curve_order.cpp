@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/hilbert.hpp"
 
 namespace gravpipe {
 
@@ -193,7 +194,7 @@ void curve_keys_into(Span<const double> pos, const CurveBox& box, int threads, s
     std::uint32_t q[3];
     for (int c = 0; c < 3; ++c)
       q[c] = static_cast<std::uint32_t>(std::clamp((pos[3 * k + c] - box.lo[c]) * box.scale, 0.0, top));
-    keys[k] = morton_key(q[0], q[1], q[2]);
+    keys[k] = hilbert_from_morton(morton_key(q[0], q[1], q[2]));
   }
 }
 

@@ -14,7 +14,7 @@ namespace gravpipe::grape6 {
 
 namespace {
 
-// The pipeline's j-memory is in a Morton order that a position update keeps; particles drift
+// The pipeline's j-memory is in a curve order that a position update keeps; particles drift
 // out of it, tiles loosen and fewer of them take the fast far path. Re-sort (a full set_j)
 // after this many updates.
 constexpr int kUpdatesPerSort = 32;
@@ -102,7 +102,7 @@ void Context::predict(std::size_t nj) {
   ++pred_stamp_;
 }
 
-// Bring the pipeline's j-memory to pred_: a full write (with a Morton re-sort) when the
+// Bring the pipeline's j-memory to pred_: a full write (with a curve re-sort) when the
 // pipeline is new, the softening or the set of particles changed, or enough updates went by;
 // otherwise the cheap position/velocity update of the same set.
 void Context::write_pipeline(double eps2) {

@@ -2,7 +2,7 @@
 // g6_read/get_neighbour_list). GRAPE-6 builds them in its pipelines during the force
 // calculation; here they come from a separate search over tiles of 32 particles with
 // bounding boxes: a tile whose box lies farther than the best distance so far (nearest) or
-// than h (lists) is skipped. Tiles are the leaves of a k-d split (kd_order): unlike Morton
+// than h (lists) is skipped. Tiles are the leaves of a k-d split (kd_order): unlike curve
 // runs, which in a cluster's sparse halo can span the whole core, k-d leaves stay compact
 // everywhere. The order is refreshed only when the context re-sorts its pipeline, so tiles
 // loosen as particles move, but boxes are rebuilt from the current predicted positions, so

@@ -1,4 +1,4 @@
-// The octree from sorted Morton keys (the splitting rule: octree_split.hpp). Cells are
+// The octree from sorted curve keys (the splitting rule: octree_split.hpp). Cells are
 // created breadth first, which puts the children of a cell next to each other and after
 // their parent.
 #include "gravpipe/error.hpp"

@@ -1,7 +1,7 @@
 """Space-filling-curve domains over MPI ranks, balanced by measured cost (Salmon & Warren;
 PARNASS, seed 001).
 
-Each rank owns a contiguous range of the Morton curve of one global frame. The ranges are
+Each rank owns a contiguous range of the Peano-Hilbert curve of one global frame. The ranges are
 cut so that the summed cost (a per-particle work measure: the treecode's interactions in
 the previous step) is as equal as possible, by a parallel bisection on the key: every
 rank counts the cost below candidate keys, one integer vector Allreduce per bisection
@@ -24,7 +24,7 @@ import numpy as np
 
 from gravpipe import _core
 
-#: Morton keys have 21 bits per axis (curve_order.hpp): every key is below 2**KEY_BITS
+#: Curve keys have 21 bits per axis (curve_order.hpp): every key is below 2**KEY_BITS
 KEY_BITS = 63
 
 
@@ -46,7 +46,7 @@ def global_frame(comm: Any, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def curve_keys(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, threads: int = 0) -> np.ndarray:
-    """Morton keys (uint64 (n,)) of positions (n,3) in the cube over the global box [lo, hi]."""
+    """Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the global box [lo, hi]."""
     if len(pos) == 0:
         return np.empty(0, np.uint64)
     return _core.curve_keys(np.ascontiguousarray(pos, np.float64), np.ascontiguousarray(lo),

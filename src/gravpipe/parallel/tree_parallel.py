@@ -6,7 +6,7 @@ force evaluation starts from the full arrays and ends with them; in between it w
 distributed treecode would:
 
 1. every rank takes the particles it owned in the previous evaluation (the first time:
-   equal slices of the caller's order) and the domains are cut again along the Morton
+   equal slices of the caller's order) and the domains are cut again along the Hilbert
    curve of the global box, balanced by each particle's interactions in the previous
    evaluation (:mod:`gravpipe.parallel.domain`); particles migrate to their new owners
    (Alltoallv) and are kept in index order, so a rank's set depends only on positions and
