@@ -32,6 +32,8 @@ namespace {
 /// Slots of a key reader: one, so that with the store's fewest frames (threads + 2, + 1 for
 /// read-ahead) the leaves' particle blocks still find a frame beside each thread's.
 constexpr std::size_t kKeySlots = 1;
+/// Key pages hinted ahead of the one a key reader is on.
+constexpr std::int64_t kKeyPagesAhead = 8;
 /// Leaves between releases of a thread's particle blocks.
 constexpr int kLeavesPerRelease = 256;
 
@@ -40,23 +42,42 @@ constexpr int kLeavesPerRelease = 256;
 class PagedKeys {
  public:
   explicit PagedKeys(ParticleStore& s)
-      : slots_(s.cache(), kKeySlots, PageCache::Access::Read),
+      : store_(s),
+        slots_(s.cache(), kKeySlots, PageCache::Access::Read),
         base_(s.page_of("key", 0, 0)),
-        per_page_(s.particles_per_page("key")) {
+        per_page_(s.particles_per_page("key")),
+        last_page_(base_ + (s.size() - 1) / std::max<std::int64_t>(per_page_, 1)) {
     while ((std::int64_t{1} << shift_) < per_page_) ++shift_;
     if ((std::int64_t{1} << shift_) != per_page_) shift_ = -1;  // not a power of two: divide
   }
   std::uint64_t operator()(std::int64_t i) const {
-    const std::int64_t page = shift_ >= 0 ? i >> shift_ : i / per_page_;
-    const std::int64_t at = i - page * per_page_;
+    const std::int64_t page = base_ + (shift_ >= 0 ? i >> shift_ : i / per_page_);
+    const std::int64_t at = i - (page - base_) * per_page_;
+    if (page < from_ || page + kKeyPagesAhead / 2 > hinted_) hint_from(page);
     std::uint64_t k;
-    std::memcpy(&k, slots_.data(base_ + page) + static_cast<std::size_t>(at) * sizeof k, sizeof k);
+    std::memcpy(&k, slots_.data(page) + static_cast<std::size_t>(at) * sizeof k, sizeof k);
     return k;
   }
 
  private:
+  /// The keys are read in curve order (a subtree's searches, then its leaves): the pages up to
+  /// kKeyPagesAhead after `page` go to the read-ahead thread before they are wanted. A jump
+  /// outside the hinted window (a search's far probe, the next task) starts a new one.
+  void hint_from(std::int64_t page) const {
+    const bool inside = page >= from_ && page <= hinted_;
+    const std::int64_t end = std::min(page + kKeyPagesAhead, last_page_);
+    std::array<std::int64_t, kKeyPagesAhead> next{};
+    std::size_t n = 0;
+    for (std::int64_t p = (inside ? hinted_ : page) + 1; p <= end; ++p) next[n++] = p;
+    if (n > 0) store_.hint(Span<const std::int64_t>(next.data(), n));
+    if (!inside) from_ = page;
+    hinted_ = inside ? std::max(hinted_, end) : std::max(end, page);
+  }
+
+  ParticleStore& store_;
   mutable PinnedSlots slots_;
-  std::int64_t base_, per_page_;
+  std::int64_t base_, per_page_, last_page_;
+  mutable std::int64_t from_ = 0, hinted_ = -1;  // the window of pages hinted
   int shift_ = 0;
 };
 
