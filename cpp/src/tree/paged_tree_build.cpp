@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -53,7 +54,8 @@ class PagedKeys {
   std::uint64_t operator()(std::int64_t i) const {
     const std::int64_t page = base_ + (shift_ >= 0 ? i >> shift_ : i / per_page_);
     const std::int64_t at = i - (page - base_) * per_page_;
-    if (page < from_ || page + kKeyPagesAhead / 2 > hinted_) hint_from(page);
+    // (at the column's end the window stops growing: no call a key there)
+    if (page < from_ || std::min(page + kKeyPagesAhead / 2, last_page_) > hinted_) hint_from(page);
     std::uint64_t k;
     std::memcpy(&k, slots_.data(page) + static_cast<std::size_t>(at) * sizeof k, sizeof k);
     return k;
