@@ -31,13 +31,14 @@
 #include "gravpipe/store_sort.hpp"
 #include "ndarray_views.hpp"
 #include "store_box.hpp"
+#include "streamed_build_box.hpp"
 
 namespace nb = nanobind;
 using namespace gravpipe;
 
 namespace {
 
-using bindings::Indices, bindings::to_numpy, bindings::StoreBox;
+using bindings::Indices, bindings::to_numpy, bindings::StoreBox, bindings::StreamedBuildBox;
 using Bytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using AnyF64 = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
 using AnyI64 = nb::ndarray<const std::int64_t, nb::c_contig, nb::device::cpu>;
@@ -273,7 +274,8 @@ void bind_store(nb::module_& m) {
            std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin,
            std::optional<std::tuple<std::int64_t, std::array<double, 3>, double, double, double, std::array<double, 3>,
                                     std::array<double, 3>>>
-               presorted) {
+               presorted,
+           StreamedBuildBox* tree) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
@@ -298,6 +300,7 @@ void bind_store(nb::module_& m) {
             std::copy(lo.begin(), lo.end(), k.bounds.lo), std::copy(hi.begin(), hi.end(), k.bounds.hi);
             config.kick_drift = k;
           }
+          if (tree != nullptr) config.observer = &tree->get();
           StoreSortStats st;
           {
             nb::gil_scoped_release release;
@@ -324,7 +327,7 @@ void bind_store(nb::module_& m) {
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
         nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
         nb::arg("id_from_index").none() = nb::none(), nb::arg("drift_origin").none() = nb::none(),
-        nb::arg("presorted").none() = nb::none(),
+        nb::arg("presorted").none() = nb::none(), nb::arg("tree").none() = nb::none(),
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
         "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
         "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
@@ -334,7 +337,8 @@ void bind_store(nb::module_& m) {
         "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
         "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "
         "the bounds of the positions sorted. presorted (run, frame_lo, frame_scale, h, dt, drifted_lo, drifted_hi): "
-        "runs made during the walk, used when they match this kick-drift ('presorted_used').");
+        "runs made during the walk, used when they match this kick-drift ('presorted_used'). tree (a "
+        "StreamedTreeBuild): builds the out-of-core tree's cells from the particles as the sort writes them.");
   m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
         nb::arg("overlap_reads") = false,
         "Sort buffer bytes a particle of a run takes (one run needs n times this with overlap_reads False; "

@@ -21,6 +21,7 @@
 #include "gravpipe/tree_essential.hpp"
 #include "ndarray_views.hpp"
 #include "store_box.hpp"
+#include "streamed_build_box.hpp"
 
 namespace nb = nanobind;
 using namespace gravpipe;
@@ -88,6 +89,8 @@ class PagedTreeBox {
  public:
   PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free)
       : box_(box), store_(box.share()), tree_(*store_, p, keep_free) {}
+  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free, BuiltCells built)
+      : box_(box), store_(box.share()), tree_(*store_, p, keep_free, std::move(built)) {}
   PagedTree& get() {
     box_.get();  // throws once the store is closed
     return tree_;
@@ -220,20 +223,46 @@ void bind_tree(nb::module_& m) {
       .def_prop_ro("device_name", &Tree::device_name, "The GPU the lists run on (backend 'cuda'), else ''.")
       .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
 
+  nb::class_<bindings::StreamedBuildBox>(m, "StreamedTreeBuild")
+      .def("__init__",
+           [](bindings::StreamedBuildBox* self, bindings::StoreBox& box, double eps, double G, double theta,
+              bool quadrupole, double quad_tol, int n_leaf, int n_crit, int threads) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
+                                              "double", false, "auto", "cpu");
+             new (self) bindings::StreamedBuildBox(box, p);
+           },
+           nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::keep_alive<1, 2>(),
+           "A build of the out-of-core tree's cells that rides on the next sort (store_sort_by_curve's tree): "
+           "complete once the sort has written every particle; PagedTree(built=...) takes its cells.")
+      .def_prop_ro("complete", [](const bindings::StreamedBuildBox& b) { return b.get().complete(); })
+      .def_prop_ro("declined", [](const bindings::StreamedBuildBox& b) { return b.get().declined(); },
+                   "Why the build stopped ('' unless it did): the tree is then built after the sort.")
+      .def_prop_ro("seconds_count", [](const bindings::StreamedBuildBox& b) { return b.get().seconds_count(); })
+      .def_prop_ro("seconds_build", [](const bindings::StreamedBuildBox& b) { return b.get().seconds_build(); })
+      .def_prop_ro("charged", [](const bindings::StreamedBuildBox& b) { return b.get().charged(); },
+                   "Bytes of the budget it took during the sort's permute.");
+
   nb::class_<PagedTreeBox>(m, "PagedTree")
       .def("__init__",
            [](PagedTreeBox* self, bindings::StoreBox& box, double eps, double G, double theta, bool quadrupole,
               double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
-              bool local_expansion, const std::string& isa, std::uint64_t keep_free, const std::string& backend) {
+              bool local_expansion, const std::string& isa, std::uint64_t keep_free, const std::string& backend,
+              bindings::StreamedBuildBox* built) {
              const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
                                               precision, local_expansion, isa, backend);
              nb::gil_scoped_release release;
-             new (self) PagedTreeBox(box, p, keep_free);
+             if (built != nullptr)
+               new (self) PagedTreeBox(box, p, keep_free, built->get().take());
+             else
+               new (self) PagedTreeBox(box, p, keep_free);
            },
            nb::arg("store"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
            nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
            nb::arg("local_expansion"), nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::arg("backend") = "cpu",
-           nb::keep_alive<1, 2>())
+           nb::arg("built").none() = nb::none(), nb::keep_alive<1, 2>(),
+           "The out-of-core tree over the store's sorted particles; built (a StreamedTreeBuild that a sort "
+           "completed): its cells, taken, instead of a build of its own.")
       .def(
           "self_forces",
           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,

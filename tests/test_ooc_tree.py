@@ -142,7 +142,14 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
             # the stages' traffic adds up to the step's; each paged stage moved pages
             assert set(st.stage_bytes) == {"sort", "build_moments", "walk_forces"}
             assert [sum(v[k] for v in st.stage_bytes.values()) for k in (0, 1)] == [st.bytes_read, st.bytes_written]
-            assert all(r > 0 and w > 0 for r, w in st.stage_bytes.values())
+            assert all(w > 0 for r, w in st.stage_bytes.values())
+            # several runs: the sort built the tree's cells as it wrote the particles, so the
+            # tree read no particle page back (its bytes are the cell pages where levels meet,
+            # which the build wrote through the cells' cache); one run (sorted in place) has no
+            # permute to ride on, and the tree reads the keys and the particles back
+            assert st.sort_detail["tree_in_sort"] == (fused > 1), st.sort_detail["tree_declined"]
+            assert (st.stage_bytes["build_moments"][0] < 8 * n) == (fused > 1)
+            assert st.stage_bytes["sort"][0] > 0 and st.stage_bytes["walk_forces"][0] > 0
             # each stage's CPU seconds (every thread of the process) over the same spans
             assert set(st.stage_cpu) == set(st.stage_bytes) and all(c > 0 for c in st.stage_cpu.values())
             assert sum(st.stage_cpu.values()) <= st.total * (os.cpu_count() + 2) + 0.05
@@ -508,6 +515,53 @@ def test_alpha_is_refused_out_of_core(tmp_path):
         OutOfCore(100, tmp_path, "32MiB", alpha=0.01)  # not a parameter out of core
 
 
+def _clumped(n: int, clump: int, seed: int) -> gp.Particles:
+    """A cube with ``clump`` particles at each of n // clump points: equal keys, so leaves at
+    the last level that hold more than n_leaf."""
+    rng = np.random.default_rng(seed)
+    pos = np.repeat(rng.random((n // clump, 3)), clump, axis=0)
+    return gp.Particles(pos=pos[rng.permutation(n)], vel=np.zeros((n, 3)), mass=rng.random(n) / n)
+
+
+@pytest.mark.parametrize("model,n,n_leaf,n_crit,declined", [
+    ("plummer", 6000, 16, 256, ""),
+    ("cube", 3000, 1, 4, ""),             # a leaf a particle: the deepest trees
+    ("plummer", 6000, 64, 8, ""),         # groups smaller than leaves: every leaf a group
+    ("plummer", 1500, 2048, 256, ""),     # the root is the one leaf
+    ("clumped", 4000, 16, 64, ""),        # 40 equal keys a point: last-level leaves of 40
+    ("clumped", 9000, 16, 256, "equal keys"),  # 9000 equal keys outgrow the build's window
+])
+def test_tree_built_in_the_sort_equals_the_tree_built_after_it(tmp_path, model, n, n_leaf, n_crit, declined):
+    """What this proves: the cells, groups and moments that the sort builds as it writes the
+    particles (streamed_tree_build.hpp: a count over the merge's keys, the records over the
+    permute's particles) are those of the build that reads them back after the sort, and of
+    the in-core tree: forces bitwise equal all three ways, across the octree's edge cases.
+    A leaf of more equal keys than the build's window holds makes it decline, saying why,
+    and the tree is built after the sort, with the same result."""
+    p = {"plummer": lambda: gp.ic.plummer(n, seed=5), "cube": lambda: _cube(n, 7),
+         "clumped": lambda: _clumped(n, 40 if n < 9000 else n, 3)}[model]()
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=2, n_leaf=n_leaf, n_crit=n_crit).forces()
+    got = {}
+    for in_sort in (True, False):
+        budget = _least(n, 2, n_leaf) + 64 * PAGE + 4 * n * 40
+        with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=2, n_leaf=n_leaf, n_crit=n_crit,
+                                      page_bytes=PAGE, sort_buffer=int(_core.least_sort_buffer(n))) as o:
+            o.tree_in_sort = in_sort
+            st = o.forces()
+            assert st.sort_detail["runs"] >= 2  # the merge and the permute ran
+            if in_sort:
+                assert st.sort_detail["tree_in_sort"] == (not declined)
+                assert declined in st.sort_detail["tree_declined"]
+            else:
+                assert "tree_in_sort" not in st.sort_detail
+            # the cell cache, small during the sort, widened to what the budget has left
+            got[in_sort] = (o.gather("acc"), o.gather("pot"), o.tree_stats.nodes, o.tree_stats.leaves,
+                            o.tree_stats.groups, st.cell_cache_bytes)
+    for a1, pot1, *_ in got.values():
+        assert np.array_equal(a0, a1) and np.array_equal(pot0, pot1)
+    assert got[True][2:] == got[False][2:]
+
+
 def test_equal_keys_keep_the_in_core_order(tmp_path):
     """Particles sharing curve keys (groups of 8 within 1e-9 of one lattice point, far below
     a key cell): the external sort breaks ties by caller index as the in-core stable sort
@@ -606,14 +660,15 @@ SORT_MEMORY_SCRIPT = textwrap.dedent("""
             f.write("5")  # resets VmHWM to the current RSS
         d = o.sort()
         _, peak = rss_mib()
-    print(json.dumps({"runs": d["runs"], "grown_mib": peak - before}))
+    print(json.dumps({"runs": d["runs"], "grown_mib": peak - before, "tree_mib": d["tree_charged_bytes"] / 2**20}))
 """)
 
 
 def test_external_sort_stays_within_its_charged_buffer(tmp_path):
     """What this proves: the sort's memory is what the budget charges for it. The peak RSS
     during a sort of several runs (the OS's VmHWM, reset just before) exceeds the RSS before it
-    by at most the charged sort buffer plus the run sources (2 bytes a particle), with 8 MiB
+    by at most the charged sort buffer plus the run sources (2 bytes a particle) and the tree
+    build riding on the permute, with 8 MiB
     of slack for buffers that do not grow with N; the runs' positions (24 bytes a particle of a run) used to stay allocated
     through the merge, outside the budget. Measured in a process of its own: in the test
     process the heap that earlier tests left behind moved the figure by ~7 MiB."""
@@ -628,7 +683,10 @@ def test_external_sort_stays_within_its_charged_buffer(tmp_path):
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout.strip().splitlines()[-1])
     assert d["runs"] >= 3
-    charged = (buffer + 2 * n) / 2**20
+    # the sort buffer, the run sources, and what the tree's build that rides on the permute
+    # charged (streamed_tree_build.hpp: its groups, its cells' fewest frames, its pages)
+    assert d["tree_mib"] > 0
+    charged = (buffer + 2 * n) / 2**20 + d["tree_mib"]
     # slack: the merge's and permute's chunk buffers (~3 MiB); the bug added 24 x 655360 B = 15 MiB
     assert d["grown_mib"] <= charged + 8, (d["grown_mib"], charged)
 

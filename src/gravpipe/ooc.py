@@ -13,8 +13,14 @@ A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
 
 The same tree code as :class:`gravpipe.tree.Tree` (octree rule, moment arithmetic, walk, MAC,
 kernels), reading particles through the store's accessor and the tree's cells from pages of
-their own (built depth first over the sorted particles, subtrees on the threads): for the same particles, parameters and thread count the forces
-and a leapfrog step are the in-core ones bit for bit. Each sort is external: runs that fit the
+their own: for the same particles, parameters and thread count the forces and a leapfrog step
+are the in-core ones bit for bit. The cells are built as the sort writes the particles
+(``tree_in_sort``, streamed_tree_build.hpp): the merge's keys stream past a count of the
+cells, the permute's positions and masses past the build of their records, so the tree reads
+nothing back (N = 1e7: ~0.6 GB less a step). Where the sort has no merge (one run) or the
+budget cannot hold the build beside the sort, the tree is built after the sort from the pages,
+depth first, subtrees on the threads; the sort's details say which (``tree_in_sort``,
+``tree_declined``). Each sort is external: runs that fit the
 sort buffer are sorted by (curve key, caller index) and merged, so the order is the in-core
 stable sort's. The store keeps every field the sort carries twice (``pos`` and its twin
 ``pos~``) and the keys; on disk that is 192 bytes a particle.
@@ -38,7 +44,9 @@ tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for 
 at n_leaf = 16, themselves paged through a cache of their own: :class:`PagedTree`), its groups
 (88 bytes each), the sort buffer and the merge's run sources (2 bytes a particle). By default
 the particles' cache gets half of what the least needs leave, and the tree's cell cache what
-is left when the tree is built (the sort's buffer has gone back by then). A budget that cannot
+is left when the tree is built (the sort's buffer has gone back by then; a build riding on the
+sort holds the groups, the cells' fewest frames and a page of records a level beside the
+permute's buffers, and widens the cell cache when the sort ends). A budget that cannot
 hold the least of them raises :class:`~gravpipe.errors.MemoryBudgetError` naming the least
 budget; one that holds them but leaves the particles' cache less than the walk's working set
 (:func:`walk_least_cache`, ~3 MiB per thread) warns with
@@ -326,6 +334,10 @@ class OutOfCore:
         self.presort = True
         #: particles of each of those runs (rounded up to a whole number of pages)
         self.presort_run = PRESORT_RUN
+        #: whether a sort also builds the tree's cells as it writes the particles
+        #: (streamed_tree_build.hpp) instead of the tree reading them back after it; changes
+        #: when the disk works, never a bit of the results
+        self.tree_in_sort = True
         self.n = int(n)
         if self.n < 1:
             raise ValueError(f"n: must be >= 1, got {n}")
@@ -367,6 +379,9 @@ class OutOfCore:
         # the next sort's runs, made during the last walk (PagedTree.self_forces' presort),
         # with the carried fields and the store's writes they were made from; None when none
         self._presorted: tuple[dict, list[str], dict] | None = None
+        # the tree's cells the last sort built (a complete _core.StreamedTreeBuild), with the
+        # store's writes then; None when none (the tree then builds its own)
+        self._built: tuple[object, dict] | None = None
         # c when every id is its particle's caller index + c (checked as blocks are written,
         # which must come in order from 0): the sort then writes ids from the index instead
         # of carrying them; None otherwise. _ids_written: particles whose ids were checked;
@@ -515,14 +530,25 @@ class OutOfCore:
         positions a step's drift started from; the frame is then the step's (the in-core
         leapfrog's: curve_order.hpp, step_frame)."""
         self._tree = None  # its cells' budget goes back first
+        self._built = None
+        p = self.params
+        built = _core.StreamedTreeBuild(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"],
+                                        p["quad_tol"], p["n_leaf"], p["n_crit"], p["threads"]) \
+            if self.tree_in_sort else None
         carried = self._carried()
         made = None if presorted is None else (presorted["run"], presorted["frame_lo"], presorted["frame_scale"],
                                                 presorted["h"], presorted["dt"], presorted["drifted_lo"],
                                                 presorted["drifted_hi"])
         d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
                                            kick_drift, id_from_index=None if "id" in carried else self._id_offset,
-                                           drift_origin=drift_origin, presorted=made))
+                                           drift_origin=drift_origin, presorted=made, tree=built))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
+        if built is not None:
+            d.update(tree_in_sort=bool(built.complete), tree_declined=built.declined,
+                     seconds_tree_count=built.seconds_count, seconds_tree_build=built.seconds_build,
+                     tree_charged_bytes=int(built.charged))
+            if built.complete and self._sorted:
+                self._built = (built, dict(self.store.writes))
         if self._sorted:
             self._bounds = (list(d["bounds_lo"]), list(d["bounds_hi"]))
         return d
@@ -566,9 +592,13 @@ class OutOfCore:
         run = self._presort_run() if presort and closing_kick is not None and self._bounds is not None else 0
         st.start_traffic(self.store.stats())
         keep_free = tree_keep_free(self.n, self.threads) + (int(_core.sort_run_writer_bytes(run)) if run else 0)
+        # the cells the sort built, unless the store was written since
+        built, self._built = self._built, None
+        if built is not None and built[1] != dict(self.store.writes):
+            built = None
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
-                               keep_free)
+                               keep_free, built=None if built is None else built[0])
         s0 = tree.stats()
         st.build, st.moments = s0["seconds_build"], s0["seconds_moments"]
         self._tree = tree

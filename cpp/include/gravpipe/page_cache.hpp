@@ -128,6 +128,12 @@ class PageCache {
   StoreCounters counters() const;
   void reset_counters();
   std::int64_t frames() const { return static_cast<std::int64_t>(frames_.size()); }
+  /// Give the cache `frames` frames (>= 1), charged to its budget in place of the old ones:
+  /// dirty pages are written back and every frame emptied first. For a cache that was small
+  /// while others held the budget (the cells' table, written during the sort, widens for the
+  /// walk). No page may be pinned or under way (std::logic_error); BudgetError, with the old
+  /// frames kept, when the budget cannot hold the new ones.
+  void set_frames(std::int64_t frames);
   std::int64_t pages() const { return pages_; }
   /// The file the pages live in.
   const PageFile& file() const { return file_; }
@@ -182,6 +188,8 @@ class PageCache {
   const PageFile& file_;
   const std::int64_t pages_;
   const std::size_t page_bytes_;
+  const Eviction eviction_;
+  MemoryBudget* budget_;  // not owned; outlives the cache
   Reservation frames_charge_, tables_charge_;
   AlignedBuffer memory_;                 // frames x page_bytes
   std::vector<Frame> frames_;

@@ -128,10 +128,32 @@ class PagedCells {
   std::size_t clean_cold() const {
     return cache_->clean_cold();
   }
+  /// Give the cache `frames` frames (PageCache::set_frames; at least least_frames(threads),
+  /// at most one a page), and the readers made after it their share of them.
+  void set_frames(std::int64_t frames);
+  /// Records a page holds (a power of two).
+  std::int64_t records_per_page() const { return walk_mask_ + 1; }
+  /// Record k's two halves into the bytes of its page (page_bytes, the file's layout).
+  void place(unsigned char* page, std::int64_t k, const PagedCellRecord& r) const {
+    std::memcpy(page + walk_offset(k), &r.walk, sizeof r.walk);
+    std::memcpy(page + moments_offset(k), &r.moments, sizeof r.moments);
+  }
+  /// Whole pages of records written straight to the file, past the frames (a build that
+  /// makes every record of a page at once: PageCache::write_through).
+  void write_pages(Span<const BatchedPageIo::Page> pages, BatchedPageIo& io) const { cache_->write_through(pages, io); }
   const PageFile& file() const { return *file_; }
 
  private:
   friend class PagedCellReader;
+  /// Where record k's halves lie in its page: the page's walk halves, then its moments.
+  std::size_t walk_offset(std::int64_t k) const { return static_cast<std::size_t>(k & walk_mask_) * sizeof(WalkCell); }
+  std::size_t moments_offset(std::int64_t k) const {
+    return (static_cast<std::size_t>(walk_mask_) + 1) * sizeof(WalkCell) +
+           static_cast<std::size_t>(k & walk_mask_) * sizeof(PagedCellMoments);
+  }
+  /// The slots of each reader: the cache's frames shared among threads + 1 readers.
+  void share_frames();
+  int threads_;
   std::int64_t cells_;
   int walk_shift_;            // log2 of the records a page holds (a power of two: PagedCellReader::at)
   std::int64_t walk_mask_;
@@ -168,11 +190,7 @@ class PagedCellReader {
     const unsigned char* page = page_data(k);
     return {*walk_at(page, k), *moments_at(page, k)};
   }
-  void put(std::int64_t k, const PagedCellRecord& r) {
-    unsigned char* page = page_data(k);
-    std::memcpy(page + walk_offset(k), &r.walk, sizeof r.walk);
-    std::memcpy(page + moments_offset(k), &r.moments, sizeof r.moments);
-  }
+  void put(std::int64_t k, const PagedCellRecord& r) { cells_->place(page_data(k), k, r); }
   void release() { slots_.release(); }
   /// The page that holds record k.
   std::int64_t page_of(std::int64_t k) const { return k >> cells_->walk_shift_; }
@@ -181,20 +199,12 @@ class PagedCellReader {
   /// The pinned bytes of the page that holds record k: pages hold a power of two of records
   /// (page sizes are multiples of 4096), so a shift and a mask find one, not a division.
   unsigned char* page_data(std::int64_t k) const { return slots_.data(k >> cells_->walk_shift_); }
-  /// Where record k's halves lie in its page: the page's walk halves, then its moments.
-  std::size_t walk_offset(std::int64_t k) const {
-    return static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(WalkCell);
-  }
-  std::size_t moments_offset(std::int64_t k) const {
-    return (static_cast<std::size_t>(cells_->walk_mask_) + 1) * sizeof(WalkCell) +
-           static_cast<std::size_t>(k & cells_->walk_mask_) * sizeof(PagedCellMoments);
-  }
   /// The frames hold halves written as objects (put) or read back byte for byte from the file.
   const WalkCell* walk_at(const unsigned char* page, std::int64_t k) const {
-    return std::launder(reinterpret_cast<const WalkCell*>(page + walk_offset(k)));
+    return std::launder(reinterpret_cast<const WalkCell*>(page + cells_->walk_offset(k)));
   }
   const PagedCellMoments* moments_at(const unsigned char* page, std::int64_t k) const {
-    return std::launder(reinterpret_cast<const PagedCellMoments*>(page + moments_offset(k)));
+    return std::launder(reinterpret_cast<const PagedCellMoments*>(page + cells_->moments_offset(k)));
   }
   const PagedCells* cells_;
   mutable PinnedSlots slots_;

@@ -6,6 +6,9 @@
 // sorted keys (store_sort.hpp); then the octree, the groups, the runs and every sum are those
 // of the in-core Tree over the same particles, and so are the forces, bit for bit.
 //
+// The cells are built from the store's pages after the sort, or taken from a build that rode
+// on the sort (streamed_tree_build.hpp: the same records, bit for bit).
+//
 // Memory: the cells live in pages (paged_cells.hpp) served by a cache of their own whose
 // frames are charged to the store's budget: all that the budget has left when the tree is
 // built, less `keep_free` (the particle blocks the walk copies) and the groups. The build
@@ -22,6 +25,7 @@
 #include "gravpipe/cpu_features.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/paged_cells.hpp"
+#include "gravpipe/streamed_tree_build.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -39,6 +43,10 @@ class PagedTree {
   /// core), BudgetError when the budget cannot hold the cells' fewest frames and the groups.
   /// `keep_free`: bytes of the budget the cell cache leaves to others (copied particle blocks).
   PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free = 0);
+  /// The tree whose cells a sort built as it wrote the particles (StreamedTreeBuild::take()),
+  /// with the parameters they were made with (InputError otherwise), its cell cache widened
+  /// to what the budget has left, less `keep_free`.
+  PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, BuiltCells built);
 
   /// Self-gravity of every particle of the store (self excluded) into its fields `acc_field`
   /// and `pot_field` (curve order), as Tree::self_forces computes it. An empty `acc_field`
@@ -74,6 +82,10 @@ class PagedTree {
   /// The cell table for `cells` cells, its cache taking what the budget has left; charges
   /// the `groups` groups first.
   void make_cell_table(std::int64_t cells, std::int64_t groups);
+  /// Frames of the cell cache for `pages` pages: what the budget has left, `charged` bytes of
+  /// it the cells' own already (their frames and tables), less keep_free and `tables` bytes
+  /// of page tables still to charge; at least the fewest frames, at most one a page.
+  std::int64_t cell_frames(std::int64_t pages, std::uint64_t charged, std::uint64_t tables) const;
 
   ParticleStore& store_;
   TreeParams params_;

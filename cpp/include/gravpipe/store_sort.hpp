@@ -27,6 +27,11 @@
 // The first pass can also be made ahead, run by run, while the tree walk runs (SortRunWriter,
 // walk_runs.hpp): the sort then checks that those runs used its kick-drift and its frame
 // (StoreSortConfig::presorted) and goes straight to the merge.
+//
+// An observer (SortObserver, StoreSortConfig::observer) sees the merge's keys and the
+// permute's positions and masses as they are written: the out-of-core tree's cells are built
+// there (streamed_tree_build.hpp) rather than from the pages read back. After the merge, the
+// sort's charge shrinks to the permute's buffers, so that the observer's fit beside them.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -36,6 +41,7 @@
 
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/particle_store.hpp"
+#include "gravpipe/span.hpp"
 
 namespace gravpipe {
 
@@ -57,6 +63,29 @@ struct PresortedRuns {
   CurveBox frame;
   double h = 0, dt = 0;
   AxisBounds drifted;
+};
+
+/// Sees the particles in curve order as the sort makes it, so that a pass over them can ride
+/// on the sort instead of reading them back (the out-of-core tree's build:
+/// streamed_tree_build.hpp). Called from the sort's thread, in order, each particle once.
+/// Only a sort of several runs calls it (one run is sorted in place, with no merge); an
+/// observer that has not seen permute_done() was not given every particle.
+class SortObserver {
+ public:
+  virtual ~SortObserver() = default;
+  /// The merge's sorted keys of particles [begin, begin + keys.size()).
+  virtual void merged(std::int64_t begin, Span<const std::int64_t> keys) = 0;
+  /// Every key merged, before the permute.
+  virtual void merge_done() = 0;
+  /// Whether permuted() is still wanted (an observer that gave up says no).
+  virtual bool wants_bodies() const = 0;
+  /// The permute's positions and masses of particles [begin, begin + n) (float64 values, as
+  /// the pages hold them), with their keys, when "pos" and "mass" share their pages, so that
+  /// one chunk holds them all. On a thread of the sort's while it loads the next chunk.
+  virtual void permuted(std::int64_t begin, std::int64_t n, const void* x, const void* y, const void* z,
+                        const void* m, const std::int64_t* keys) = 0;
+  /// Every particle permuted, its pages written.
+  virtual void permute_done() = 0;
 };
 
 struct StoreSortConfig {
@@ -82,6 +111,8 @@ struct StoreSortConfig {
   /// predicted bounds) is theirs, and drifted bounds that give that frame too, the sort goes
   /// straight to its merge (StoreSortStats::presorted_used); otherwise it makes its own.
   std::optional<PresortedRuns> presorted;
+  /// Told the sorted particles as they are written (not owned; may be null).
+  SortObserver* observer = nullptr;
 };
 
 struct StoreSortStats {

@@ -43,7 +43,7 @@ PageHandle::~PageHandle() {
 
 PageCache::PageCache(const PageFile& file, std::int64_t pages, std::int64_t frames, Eviction eviction,
                      MemoryBudget& budget)
-    : file_(file), pages_(pages), page_bytes_(file.page_bytes()) {
+    : file_(file), pages_(pages), page_bytes_(file.page_bytes()), eviction_(eviction), budget_(&budget) {
   if (frames < 1) throw InputError("page cache: needs at least one frame");
   const auto nframes = static_cast<std::uint64_t>(frames);
   tables_charge_ = budget.reserve(static_cast<std::uint64_t>(pages) * (sizeof(std::uint32_t) + 1),
@@ -585,6 +585,32 @@ void PageCache::flush() {
     fr.dirty = false;
     changed_.notify_all();
   }
+}
+
+void PageCache::set_frames(std::int64_t frames) {
+  if (frames < 1) throw InputError("page cache: needs at least one frame");
+  flush();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Frame& fr : frames_)
+    if (fr.pins > 0 || fr.state == State::Busy || fr.dirty)
+      throw std::logic_error("page cache: set_frames while " + describe(fr.page) + " is in use");
+  const auto n = static_cast<std::uint64_t>(frames);
+  const std::uint64_t old = frames_charge_.bytes();
+  frames_charge_.release();  // the old frames' bytes are free for the new ones
+  try {
+    frames_charge_ = budget_->reserve(n * page_bytes_, "the page cache (" + std::to_string(frames) + " frames of " +
+                                                           format_bytes(page_bytes_) + ")");
+  } catch (...) {
+    frames_charge_ = budget_->reserve(old, "the page cache's frames, kept");
+    throw;
+  }
+  memory_ = AlignedBuffer();  // freed before the new frames are taken
+  memory_ = AlignedBuffer(n * page_bytes_);
+  frames_.assign(n, Frame{});
+  table_.clear();
+  policy_ = std::make_unique<EvictionPolicy>(eviction_, n);
+  prefetched_unused_ = 0;
+  changed_.notify_all();
 }
 
 void PageCache::discard(std::int64_t first, std::int64_t count) {

@@ -2,6 +2,7 @@
 #include "gravpipe/store_sort.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -385,7 +386,7 @@ using AlignedColumn = std::vector<std::int64_t, PageAlignedAllocator<std::int64_
 /// Merge the runs' (key, index): "key" and "index" (and "id" from the index, with
 /// `id_from_index`) in curve order, and the run of each output particle in `from`.
 void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from,
-                const std::optional<std::int64_t>& id_from_index, BatchedPageIo& io) {
+                const std::optional<std::int64_t>& id_from_index, BatchedPageIo& io, SortObserver* observer) {
   using Top = std::tuple<std::uint64_t, std::int64_t, std::uint16_t>;  // key, index, run
   std::priority_queue<Top, std::vector<Top>, std::greater<Top>> heap;
   BatchedLoads loads(s, io);
@@ -426,6 +427,7 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
       }
       push(r);
     }
+    if (observer != nullptr) observer->merged(k0, Span<const std::int64_t>(key.data(), static_cast<std::size_t>(m)));
     s.write_column_through("key", 0, k0, m, key.data(), io);
     s.write_column_through("index", 0, k0, m, index.data(), io);
     if (id_from_index) {
@@ -443,12 +445,51 @@ std::vector<std::string> fields_of(const std::vector<CarriedColumn>& set) {
   return fields;
 }
 
+/// Where x, y, z and m lie among a set's columns ({-1, ...}: the set is not pos and mass).
+std::array<int, 4> body_columns(const std::vector<CarriedColumn>& set) {
+  std::array<int, 4> at{-1, -1, -1, -1};
+  for (std::size_t q = 0; q < set.size(); ++q) {
+    if (set[q].first == "pos") at[static_cast<std::size_t>(set[q].second)] = static_cast<int>(q);
+    if (set[q].first == "mass") at[3] = static_cast<int>(q);
+  }
+  for (int a : at)
+    if (a < 0) return {-1, -1, -1, -1};
+  return at;
+}
+
 /// Bytes the permute holds per value of a chunk: the slices read (8), two output buffers
 /// (16), the source of each value (4), the staged pages of a write (8).
 constexpr std::uint64_t kPermuteBytesPerValue = 36;
 /// Values a permute chunk holds at most (~9 MiB of buffers): chunks of a few MiB keep
 /// several requests in flight in each batch of loads and of writes.
 constexpr std::int64_t kPermuteMaxValues = std::int64_t{1} << 18;
+
+/// The permute's chunks and buffers.
+struct PermuteSizes {
+  PermuteSizes(const ParticleStore& store, const StoreSortConfig& c, const std::vector<std::vector<CarriedColumn>>& sets)
+      : s(store),
+        room(std::min<std::int64_t>(kPermuteMaxValues, static_cast<std::int64_t>(c.buffer_bytes / kPermuteBytesPerValue))) {
+    for (const auto& set : sets) {
+      values = std::max(values, chunk(set) * static_cast<std::int64_t>(set.size()));
+      pages = std::max(pages, chunk(set) / s.particles_per_page(set.front().first));
+      if (body_columns(set)[0] >= 0) body_chunk = chunk(set);
+    }
+  }
+  /// A set's chunk: whole pages, at least one.
+  std::int64_t chunk(const std::vector<CarriedColumn>& set) const {
+    const std::int64_t per_page = s.particles_per_page(set.front().first);
+    return std::max(per_page, room / static_cast<std::int64_t>(set.size()) / per_page * per_page);
+  }
+  /// Bytes of its buffers: the slices, two outputs, the sources, the staged pages, and an
+  /// observer's two chunks of keys.
+  std::uint64_t bytes(bool observer) const {
+    return static_cast<std::uint64_t>(values) * (8 + 16 + 4) + static_cast<std::uint64_t>(pages) * s.page_bytes() +
+           (observer ? static_cast<std::uint64_t>(body_chunk) * 16 : 0);
+  }
+  const ParticleStore& s;
+  std::int64_t room;
+  std::int64_t values = 0, pages = 0, body_chunk = 0;
+};
 
 /// Every carried field from the runs (twins) into curve order, a set of columns that share
 /// their pages at a time, in chunks of whole pages (up to ~kPermuteMaxValues / (the set's
@@ -459,37 +500,36 @@ constexpr std::int64_t kPermuteMaxValues = std::int64_t{1} << 18;
 /// the device has reads and writes in flight at once. Before, the read-ahead workers loaded
 /// the next chunk's pages one pread each and wrote the cooled output back one pwrite each
 /// (N = 1e7 at 1/10 on the scratch disk: permute 0.96-1.25 s). The twin pages are cooled
-/// once read: they go first when a frame is needed.
-void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
+/// once read: they go first when a frame is needed. An observer that wants them is shown
+/// each chunk of the positions and masses (a page group) with its keys, on a thread of its
+/// own while the next chunk loads; returns whether it saw every particle.
+bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
                     const std::vector<std::uint16_t>& from, BatchedPageIo& io) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
   s.discard_fields(c.carried);  // the twins hold every value now
   const std::vector<std::vector<CarriedColumn>> sets = columns_by_page(s, c);
-  const std::int64_t room = std::min<std::int64_t>(
-      kPermuteMaxValues, static_cast<std::int64_t>(c.buffer_bytes / kPermuteBytesPerValue));
-  // each set's chunk: whole pages, at least one
-  const auto chunk_of = [&s, room](const std::vector<CarriedColumn>& set) {
-    const std::int64_t per_page = s.particles_per_page(set.front().first);
-    return std::max(per_page, room / static_cast<std::int64_t>(set.size()) / per_page * per_page);
-  };
-  std::int64_t values = 0, pages = 0;
-  for (const auto& set : sets) {
-    values = std::max(values, chunk_of(set) * static_cast<std::int64_t>(set.size()));
-    pages = std::max(pages, chunk_of(set) / s.particles_per_page(set.front().first));
-  }
+  const PermuteSizes sizes(s, c, sets);
+  const std::int64_t values = sizes.values, pages = sizes.pages;
+  const auto chunk_of = [&sizes](const std::vector<CarriedColumn>& set) { return sizes.chunk(set); };
   BatchedLoads loads(s, io);
   BatchedPageIo write_io(s.file(), kWriteThroughDepth);  // the writing thread's
   AlignedBuffer staging(static_cast<std::size_t>(pages) * s.page_bytes());
   std::vector<std::int64_t> slices(static_cast<std::size_t>(values)), cursor(k_runs), count(k_runs), at(k_runs);
   AlignedColumn out[2] = {AlignedColumn(static_cast<std::size_t>(values)), AlignedColumn(static_cast<std::size_t>(values))};
   std::vector<std::int32_t> source(static_cast<std::size_t>(values));  // where each output value lies in the slices
+  AlignedColumn keys[2];       // the chunks' keys, for an observer
   std::future<void> writing;  // the last chunk's write (its future waits for it if we throw)
+  std::future<void> observing;  // the observer's look at the last chunk
+  bool observed = false;
   int half = 0;
   for (const std::vector<CarriedColumn>& set : sets) {
     const auto width = static_cast<std::int64_t>(set.size());
     const std::int64_t chunk = chunk_of(set);
     const std::vector<std::string> fields = fields_of(set);
+    const std::array<int, 4> body = body_columns(set);
+    const bool observe = c.observer != nullptr && !observed && body[0] >= 0 && c.observer->wants_bodies();
+    if (observe) keys[0].resize(static_cast<std::size_t>(chunk)), keys[1].resize(static_cast<std::size_t>(chunk));
     std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
     for (std::int64_t k0 = 0; k0 < n; k0 += chunk, half ^= 1) {
       const std::int64_t m = std::min(chunk, n - k0);
@@ -498,7 +538,9 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
       // the columns of a set share their pages: the first one's are every one's
       for (std::size_t r = 0; r < k_runs; ++r)
         loads.ask(sort_twin(set.front().first), set.front().second, cursor[r], count[r]);
+      if (observe) loads.ask("key", 0, k0, m);
       loads.flush();
+      if (observe) s.read_column("key", 0, k0, m, keys[half].data(), kReadAhead);
       std::int64_t off = 0;
       for (std::size_t r = 0; r < k_runs; ++r) {
         at[r] = off;
@@ -515,6 +557,14 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
       for (std::int64_t q = 0; q < width; ++q)
         for (std::int64_t k = 0; k < m; ++k) o[q * chunk + k] = slices[static_cast<std::size_t>(q * chunk + source[k])];
       if (writing.valid()) writing.get();  // rethrows its error
+      if (observing.valid()) observing.get();
+      if (observe) {
+        const auto col = [o, chunk, &body](int q) { return o + static_cast<std::int64_t>(body[q]) * chunk; };
+        observing = std::async(std::launch::async, [&c, k0, m, x = col(0), y = col(1), z = col(2), mass = col(3),
+                                                     key = keys[half].data()] {
+          c.observer->permuted(k0, m, x, y, z, mass, key);
+        });
+      }
       std::vector<ParticleStore::ColumnIn> columns;
       for (std::int64_t q = 0; q < width; ++q) {
         const auto& [f, comp] = set[static_cast<std::size_t>(q)];
@@ -524,8 +574,11 @@ void permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
         s.write_through(Span<const ParticleStore::ColumnIn>(columns.data(), columns.size()), k0, m, write_io, staging);
       });
     }
+    if (observing.valid()) observing.get();
+    observed = observed || observe;
   }
   if (writing.valid()) writing.get();
+  return observed;
 }
 
 /// Particles of a run that fits `buffer` at `bytes` a particle: all n, or runs that start on
@@ -635,7 +688,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     for (const std::string& f : c.carried) twins.push_back(sort_twin(f));
     s.discard_fields(twins);
   }
-  const Reservation buffers = s.budget().reserve(c.buffer_bytes, "the sort buffer");
+  Reservation buffers = s.budget().reserve(c.buffer_bytes, "the sort buffer");
   st.runs = k_runs, st.run_particles = run;
 
   auto t0 = Clock::now();
@@ -716,13 +769,19 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
     h.end = std::min(n, h.next + run);
     h.key.resize(static_cast<std::size_t>(head_size)), h.index.resize(static_cast<std::size_t>(head_size));
   }
-  merge_runs(s, heads, head_size, from, c.id_from_index, io);
+  merge_runs(s, heads, head_size, from, c.id_from_index, io, c.observer);
   std::vector<RunHead>().swap(heads);
+  // the permute's buffers are a few MiB of the sort buffer: the rest goes back to the budget
+  // for the observer (the tree's build riding on the permute takes its groups and pages)
+  const std::uint64_t permute = std::min(c.buffer_bytes, PermuteSizes(s, c, columns_by_page(s, c)).bytes(c.observer != nullptr));
+  buffers.release();
+  buffers = s.budget().reserve(permute, "the sort's permute buffers");
+  if (c.observer != nullptr) c.observer->merge_done();
   st.seconds_merge = seconds_since(t0);
   traffic(st.merge_read, st.merge_written);
 
   t0 = Clock::now();
-  permute_fields(s, c, run_begin, from, io);
+  if (permute_fields(s, c, run_begin, from, io) && c.observer != nullptr) c.observer->permute_done();
   st.seconds_permute = seconds_since(t0);
   traffic(st.permute_read, st.permute_written);
   return st;

@@ -62,7 +62,7 @@ std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
 
 PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
                        std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget)
-    : cells_(cells) {
+    : threads_(threads), cells_(cells) {
   if (cells < 1) throw InputError("paged cells: need at least one cell");
   if (frames < least_frames(threads))
     throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
@@ -76,12 +76,24 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
   cache_->set_page_namer([this](std::int64_t page) {
     return "walk records of cells " + std::to_string(page << walk_shift_) + "..";
   });
+  share_frames();
+}
+
+void PagedCells::share_frames() {
   // slots per reader: as many as leave each of threads + 1 readers its share with a frame to
   // spare for loads, a power of two, at most 256 (N = 1e7 at 1/10: 128 slots pin 4.0M times a
   // walk against 7.7M for 64, with the same misses)
-  const std::int64_t share = std::max<std::int64_t>(1, (cache_->frames() - 2) / (threads + 1));
+  const std::int64_t share = std::max<std::int64_t>(1, (cache_->frames() - 2) / (threads_ + 1));
   slots_ = 1;
   while (slots_ * 2 <= static_cast<std::size_t>(std::min<std::int64_t>(share, 256))) slots_ *= 2;
+}
+
+void PagedCells::set_frames(std::int64_t frames) {
+  if (frames < least_frames(threads_))
+    throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
+                     std::to_string(least_frames(threads_)) + " that " + std::to_string(threads_) + " threads need");
+  cache_->set_frames(std::min(frames, cache_->pages()));
+  share_frames();
 }
 
 PagedCellReader PagedCells::reader(bool write) const { return PagedCellReader(*this, write); }

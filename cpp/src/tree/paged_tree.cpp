@@ -1,8 +1,10 @@
 // The out-of-core tree (paged_tree.hpp): the cells counted from the sorted keys in the store's
 // pages, then built with their moments into paged cell records, subtrees on several threads
-// (paged_tree_build.hpp), and the evaluation through PagedParticles and PagedCellReader with
-// results to the store's pages. Its TreeStats: seconds_build is the count (which checks the
-// keys' order), seconds_moments the build of the records.
+// (paged_tree_build.hpp), or taken from the build that rode on the sort
+// (streamed_tree_build.hpp); and the evaluation through PagedParticles and PagedCellReader
+// with results to the store's pages. Its TreeStats: seconds_build is the count (which checks
+// the keys' order), seconds_moments the build of the records (for cells built in the sort:
+// 0, and the widening of their cache).
 #include "gravpipe/paged_tree.hpp"
 
 #include <omp.h>
@@ -47,6 +49,16 @@ std::uint64_t PagedTree::cell_cache_bytes() const {
   return static_cast<std::uint64_t>(cells_->frames()) * store_.page_bytes();
 }
 
+namespace {
+void check_paged_params(const TreeParams& params) {
+  check_tree_params(params);
+  refuse_tree_cuda(params, "the out-of-core tree (memory_budget/scratch)");
+  if (params.alpha > 0)
+    throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
+                     "which the out-of-core tree does not keep; use alpha = 0");
+}
+}  // namespace
+
 PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free)
     : store_(store),
       params_(params),
@@ -54,11 +66,7 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
       isa_(resolve_isa(params.isa)),
       prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
       keep_free_(keep_free) {
-  check_tree_params(params_);
-  refuse_tree_cuda(params_, "the out-of-core tree (memory_budget/scratch)");
-  if (params_.alpha > 0)
-    throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
-                     "which the out-of-core tree does not keep; use alpha = 0");
+  check_paged_params(params_);
   auto t0 = Clock::now();
   const PagedTreeShape shape =
       count_paged_tree(store_, params_.n_leaf, params_.n_crit, task_particles(store_.size(), threads_, params_.n_leaf));
@@ -72,6 +80,39 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
   stats_.leaves = static_cast<std::uint64_t>(shape.leaves);
 }
 
+PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, BuiltCells built)
+    : store_(store),
+      params_(params),
+      threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
+      isa_(resolve_isa(params.isa)),
+      prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
+      keep_free_(keep_free) {
+  check_paged_params(params_);
+  if (!built.cells || built.n_leaf != params.n_leaf || built.n_crit != params.n_crit || built.theta != params.theta ||
+      built.quad_tol != params.quad_tol)
+    throw InputError("out-of-core tree: the cells built in the sort were made with other parameters (n_leaf, n_crit, "
+                     "theta, quad_tol) than this tree's");
+  const auto t0 = Clock::now();
+  cells_ = std::move(built.cells);
+  groups_ = std::move(built.groups);
+  groups_charge_ = std::move(built.groups_charge);
+  const std::size_t page = store_.page_bytes();
+  const std::int64_t pages = PagedCells::pages_for(cells_->count(), page);
+  cells_->set_frames(cell_frames(pages, static_cast<std::uint64_t>(cells_->frames()) * page, 0));
+  stats_.seconds_moments = seconds_since(t0);  // the build rode on the sort: this is the cache's widening
+  stats_.n_j = static_cast<std::uint64_t>(store_.size());
+  stats_.nodes = static_cast<std::uint64_t>(cells_->count());
+  stats_.leaves = static_cast<std::uint64_t>(built.leaves);
+}
+
+std::int64_t PagedTree::cell_frames(std::int64_t pages, std::uint64_t charged, std::uint64_t tables) const {
+  const std::size_t page = store_.page_bytes();
+  const MemoryBudget& b = store_.budget();
+  const std::uint64_t taken = b.used() - charged + keep_free_ + tables;
+  const std::int64_t fit = taken < b.total() ? static_cast<std::int64_t>((b.total() - taken) / page) : 0;
+  return std::max(PagedCells::least_frames(threads_), std::min(fit, pages));
+}
+
 void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {
   if (cells > INT32_MAX)
     throw InputError("out-of-core tree: " + std::to_string(cells) + " cells exceed the 32-bit cell index");
@@ -81,10 +122,7 @@ void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {
   // charges it (BudgetError naming the least budget when even the fewest frames do not fit)
   const std::size_t page = store_.page_bytes();
   const std::int64_t pages = PagedCells::pages_for(cells, page);
-  const MemoryBudget& b = store_.budget();
-  const std::uint64_t tables = static_cast<std::uint64_t>(pages) * 5, taken = b.used() + keep_free_ + tables;
-  const std::int64_t fit = taken < b.total() ? static_cast<std::int64_t>((b.total() - taken) / page) : 0;
-  const std::int64_t frames = std::max(PagedCells::least_frames(threads_), std::min(fit, pages));
+  const std::int64_t frames = cell_frames(pages, 0, static_cast<std::uint64_t>(pages) * 5);
   const std::string directory = std::filesystem::path(store_.file().path()).parent_path().string();
   cells_ = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(), cells, frames,
                                         threads_, store_.budget());

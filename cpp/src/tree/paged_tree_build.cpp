@@ -92,26 +92,6 @@ int children_of(const PagedKeys& key, std::int64_t b, std::int64_t e, int level,
   return n;
 }
 
-/// The walk record of a cell from its moments and topology, as fill_walk_cells makes it.
-PagedCellRecord record_of(const CellMoments& m, std::int64_t b, std::int64_t e, std::int32_t first_child,
-                          int n_children, double theta, double quad_tol) {
-  PagedCellRecord r;
-  const double size = cell_size(m);
-  r.walk = {m.cx, m.cy, m.cz, opening_radius2(m, size, theta),
-            monopole_distance2(m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, theta, quad_tol),
-            b, e, first_child, n_children};
-  r.moments = {m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, m.qtr};
-  return r;
-}
-
-Group group_of(const CellMoments& m, std::int64_t b, std::int64_t e) {
-  Group g;
-  g.i_begin = g.ex_begin = b;
-  g.i_end = g.ex_end = e;
-  for (int a = 0; a < 3; ++a) g.lo[a] = m.lo[a], g.hi[a] = m.hi[a];
-  return g;
-}
-
 /// One subtree in one depth-first pass over its particles: each cell's moments from its
 /// particles (a leaf) or its children's (post-order), its record written at its breadth-first
 /// index from `next` (per level: the index of the next cell of that level in this subtree),

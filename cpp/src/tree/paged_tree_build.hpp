@@ -7,11 +7,33 @@
 #include <cstdint>
 #include <vector>
 
+#include "cell_moments.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
 
 namespace gravpipe {
+
+/// The walk record of a cell from its moments and topology, as fill_walk_cells makes it.
+inline PagedCellRecord record_of(const CellMoments& m, std::int64_t b, std::int64_t e, std::int32_t first_child,
+                                 int n_children, double theta, double quad_tol) {
+  PagedCellRecord r;
+  const double size = cell_size(m);
+  r.walk = {m.cx, m.cy, m.cz, opening_radius2(m, size, theta),
+            monopole_distance2(m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, theta, quad_tol),
+            b, e, first_child, n_children};
+  r.moments = {m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, m.qtr};
+  return r;
+}
+
+/// The group of a group cell [b, e) (its own particles, its bounding box).
+inline Group group_of(const CellMoments& m, std::int64_t b, std::int64_t e) {
+  Group g;
+  g.i_begin = g.ex_begin = b;
+  g.i_end = g.ex_end = e;
+  for (int a = 0; a < 3; ++a) g.lo[a] = m.lo[a], g.hi[a] = m.hi[a];
+  return g;
+}
 
 /// A subtree the build hands to one thread: the first cell on a path from the root that
 /// holds at most the shape's task_particles, and the cells and groups below it.
