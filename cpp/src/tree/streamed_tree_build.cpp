@@ -30,9 +30,11 @@ constexpr std::int64_t kFeed = kStreamWindow / 2;
 constexpr std::uint64_t kWindowBytesPerParticle = 40;
 /// Bytes of finished record pages written at once (at least a page, at most
 /// kMostPagesPerWrite): deep enough that the device sees the cells' writes beside the
-/// permute's own (N = 1e7 on the scratch disk: permute 1.35-1.74 s with 8 pages of 64 KiB a
-/// write, 1.20-1.33 s with 32).
-constexpr std::size_t kRecordWriteBytes = std::size_t{2} << 20;
+/// permute's own, and that the build, which the permute waits for chunk by chunk, seldom
+/// waits for a write (N = 1e7 on the scratch disk: permute 1.35-1.74 s with 8 pages of 64 KiB
+/// a write, 1.20-1.33 s with 32; N = 1e8: 28.7 s with 2 pages of 1 MiB, against 8.0 s for
+/// the permute alone).
+constexpr std::size_t kRecordWriteBytes = std::size_t{16} << 20;
 constexpr std::size_t kMostPagesPerWrite = 32;  // small pages: the requests a write keeps in flight
 
 /// The cells' records as the build makes them, each level's in curve order. A page of one
@@ -188,10 +190,8 @@ struct StreamedTreeBuild::Count final : TreeStreamSink {
 /// before it); the groups kept in curve order, a cell's candidates below it replaced by it.
 struct StreamedTreeBuild::Build final : TreeStreamSink {
   Build(std::int64_t n, const TreeParams& p, const std::vector<std::int64_t>& per_level, BuiltCells built)
-      : stream(n, p.n_leaf, *this), params(p), out(std::move(built)), level_begin(per_level.size() + 1, 0),
-        told(per_level.size() + 1, 0), kids(per_level.size() + 1),
-        pages(*out.cells, begins(per_level)) {
-    level_begin = begins(per_level);
+      : stream(n, p.n_leaf, *this), params(p), out(std::move(built)), level_begin(begins(per_level)),
+        told(per_level.size() + 1, 0), kids(per_level.size() + 1), pages(*out.cells, level_begin) {
     for (auto& k : kids) k.reserve(8);
     for (std::vector<double>* v : {&x, &y, &z, &m}) v->reserve(static_cast<std::size_t>(kStreamWindow + kFeed));
   }
