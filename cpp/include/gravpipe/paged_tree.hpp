@@ -79,6 +79,9 @@ class PagedTree {
   static std::uint64_t least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads);
 
  private:
+  struct Unbuilt {};
+  /// The members, the parameters checked, no cells yet (what both builds start from).
+  PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, Unbuilt);
   /// The cell table for `cells` cells, its cache taking what the budget has left; charges
   /// the `groups` groups first.
   void make_cell_table(std::int64_t cells, std::int64_t groups);

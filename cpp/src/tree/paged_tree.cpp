@@ -49,24 +49,22 @@ std::uint64_t PagedTree::cell_cache_bytes() const {
   return static_cast<std::uint64_t>(cells_->frames()) * store_.page_bytes();
 }
 
-namespace {
-void check_paged_params(const TreeParams& params) {
-  check_tree_params(params);
-  refuse_tree_cuda(params, "the out-of-core tree (memory_budget/scratch)");
-  if (params.alpha > 0)
-    throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
-                     "which the out-of-core tree does not keep; use alpha = 0");
-}
-}  // namespace
-
-PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free)
+PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, Unbuilt)
     : store_(store),
       params_(params),
       threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
       isa_(resolve_isa(params.isa)),
       prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
       keep_free_(keep_free) {
-  check_paged_params(params_);
+  check_tree_params(params_);
+  refuse_tree_cuda(params_, "the out-of-core tree (memory_budget/scratch)");
+  if (params_.alpha > 0)
+    throw InputError("out-of-core tree: alpha > 0 (the relative opening criterion) needs the old accelerations, "
+                     "which the out-of-core tree does not keep; use alpha = 0");
+}
+
+PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free)
+    : PagedTree(store, params, keep_free, Unbuilt{}) {
   auto t0 = Clock::now();
   const PagedTreeShape shape =
       count_paged_tree(store_, params_.n_leaf, params_.n_crit, task_particles(store_.size(), threads_, params_.n_leaf));
@@ -81,13 +79,7 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
 }
 
 PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, BuiltCells built)
-    : store_(store),
-      params_(params),
-      threads_(params.threads > 0 ? params.threads : omp_get_max_threads()),
-      isa_(resolve_isa(params.isa)),
-      prefetch_runs_(store.file().in_memory() ? 0 : kPrefetchRuns),
-      keep_free_(keep_free) {
-  check_paged_params(params_);
+    : PagedTree(store, params, keep_free, Unbuilt{}) {
   if (!built.cells || built.n_leaf != params.n_leaf || built.n_crit != params.n_crit || built.theta != params.theta ||
       built.quad_tol != params.quad_tol)
     throw InputError("out-of-core tree: the cells built in the sort were made with other parameters (n_leaf, n_crit, "
