@@ -528,7 +528,9 @@ class OutOfCore:
         positions; if they miss (``"kick_drift_applied"`` False in the returned details) the
         store is left as it was, unsorted. ``drift_origin`` (lo, hi): the bounds of the
         positions a step's drift started from; the frame is then the step's (the in-core
-        leapfrog's: curve_order.hpp, step_frame)."""
+        leapfrog's: curve_order.hpp, step_frame). With ``tree_in_sort`` the sort also builds
+        the tree's cells as it writes the particles, for the next forces to take (the details
+        say ``tree_in_sort``, or why not in ``tree_declined``)."""
         self._tree = None  # its cells' budget goes back first
         self._built = None
         p = self.params
