@@ -5,10 +5,13 @@
 #include <nanobind/ndarray.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gravpipe/curve_order.hpp"
+#include "gravpipe/error.hpp"
 #include "ndarray_views.hpp"
 
 namespace nb = nanobind;
@@ -39,6 +42,12 @@ void bind_curve(nb::module_& m) {
         "The curve order of positions (n,3) within their bounding cube: int64 (n,), ties in index order.");
   m.def("curve_keys",
         [](CVec3 pos, Corner lo, Corner hi, int threads) {
+          // a NaN would key as 0 (the box's corner) and sort silently into the wrong place
+          const double* p = pos.data();
+          for (std::size_t k = 0; k < 3 * pos.shape(0); ++k)
+            if (!std::isfinite(p[k]))
+              throw InputError("curve_keys: position " + std::to_string(k / 3) + " is not finite (" +
+                               std::to_string(p[k]) + ")");
           const CurveBox box = curve_box(lo.data(), hi.data());
           std::vector<std::uint64_t> keys;
           {
@@ -49,7 +58,8 @@ void bind_curve(nb::module_& m) {
           return to_numpy(std::move(keys), {n});
         },
         nb::arg("pos"), nb::arg("lo"), nb::arg("hi"), nb::arg("threads") = 0,
-        "63-bit Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp.");
+        "63-bit Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp; "
+        "a position that is not finite raises ValueError naming it.");
   m.def("sort_keys",
         [](Keys keys, int threads) {
           std::vector<std::uint64_t> sorted(keys.data(), keys.data() + keys.size());

@@ -144,3 +144,12 @@ def test_curve_order_sorts_positions_in_their_bounding_cube(n):
     want = np.argsort(hilbert_reference(pos, pos.min(axis=0), pos.max(axis=0)), kind="stable")
     for threads in (1, 2):
         assert np.array_equal(_core.curve_order(pos, threads), want)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_keys_of_a_position_that_is_not_finite_raise_naming_it(bad):
+    """A NaN would otherwise key as the box's corner (0) and sort silently into place."""
+    pos = np.random.default_rng(1).random((10, 3))
+    pos[7, 1] = bad
+    with pytest.raises(ValueError, match="position 7 is not finite"):
+        _core.curve_keys(pos, np.zeros(3), np.ones(3))
