@@ -548,7 +548,13 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   ("in memory (tmpfs): the walk loads pages as it needs them, no prefetch" if r["scratch_in_memory"]
                    else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread "
                         f"({r['walk_prefetch_reads']})"))
-            print("  " + _stage_traffic(r["stage_bytes"], st, r["n"]))
+            tree_in_sort = bool(r["sort"].get("tree_in_sort"))
+            if tree_in_sort:
+                print(f"  tree: built as the sort wrote the particles (count {r['sort']['seconds_tree_count']:.2f} s "
+                      f"in the merge, records {r['sort']['seconds_tree_build']:.2f} s beside the permute)")
+            elif r["sort"].get("tree_declined"):
+                print(f"  tree: built after the sort ({r['sort']['tree_declined']})")
+            print("  " + _stage_traffic(r["stage_bytes"], st, r["n"], tree_in_sort))
             print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"], r["stage_context_switches"]))
             if len(r["seconds_per_repeat"]) > 1:
                 print("  each repeat, in core and out of core back to back: " +
@@ -1128,15 +1134,18 @@ def _print_breakdown(t, wall: float) -> None:
           f"{t.interactions:,} interactions")
 
 
-def _stage_traffic(stage_bytes: dict, seconds: dict, n: int) -> str:
+def _stage_traffic(stage_bytes: dict, seconds: dict, n: int, tree_in_sort: bool = False) -> str:
     """'traffic: sort 3.1 GB (312 B/particle, 0.84 GB/s), ...': each paged stage's bytes read
     and written, per particle and per second of the stage (to set against the disk's rate,
-    ``gravpipe bench storage``)."""
+    ``gravpipe bench storage``). With the tree built in the sort, build_moments's bytes are
+    the cell records the sort wrote: no rate of its own."""
     parts = []
     for stage, (read, written) in stage_bytes.items():
         secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
         moved = read + written
         rate = f", {moved / secs / 1e9:.2f} GB/s" if secs > 0 else ""
+        if stage == "build_moments" and tree_in_sort:
+            rate, stage = ", written in the sort", "build_moments (cell records)"
         parts.append(f"{stage} {moved / 1e9:.2f} GB ({moved / n:.0f} B/particle{rate})")
     return "traffic (read + written): " + ", ".join(parts)
 
