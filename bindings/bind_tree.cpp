@@ -253,7 +253,7 @@ void bind_tree(nb::module_& m) {
                                               precision, local_expansion, isa, backend);
              nb::gil_scoped_release release;
              if (built != nullptr)
-               new (self) PagedTreeBox(box, p, keep_free, built->get().take());
+               new (self) PagedTreeBox(box, p, keep_free, built->get().take(p));
              else
                new (self) PagedTreeBox(box, p, keep_free);
            },

@@ -581,6 +581,34 @@ def test_equal_keys_keep_the_in_core_order(tmp_path):
     assert np.array_equal(pos1, sim.particles.pos) and np.array_equal(vel1, sim.particles.vel)
 
 
+def test_cells_built_in_the_sort_are_refused_by_a_tree_of_other_parameters(tmp_path):
+    """The cells a sort built are for the tree they were made for: a tree of another theta
+    is refused, naming why, and the cells stay for the right one; once taken they are gone,
+    and a second tree says so."""
+    n = 3000
+    p = gp.ic.plummer(n, seed=1)
+    a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=2, theta=0.5).forces()
+    with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE, eps=EPS, threads=2, theta=0.5,
+                                  page_bytes=PAGE, sort_buffer=int(_core.least_sort_buffer(n))) as o:
+        q = o.params
+        built = _core.StreamedTreeBuild(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                                        q["n_leaf"], q["n_crit"], q["threads"])
+        d = _core.store_sort_by_curve(o.store._core, o._carried(), o.plan.sort_buffer, 2, tree=built)
+        assert d["runs"] > 1 and built.complete and built.declined == ""
+        def tree(theta):
+            return _core.PagedTree(o.store._core, q["eps"], q["G"], theta, q["quadrupole"], q["quad_tol"],
+                                   q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                                   q["isa"], 0, built=built)
+        with pytest.raises(ValueError, match="made with other parameters"):
+            tree(0.6)
+        t = tree(0.5)
+        t.self_forces()
+        del t
+        assert np.array_equal(o.gather("acc"), a0) and np.array_equal(o.gather("pot"), pot0)
+        with pytest.raises(RuntimeError, match="taken already"):
+            tree(0.5)
+
+
 def test_tree_api_out_of_core_equals_in_core(tmp_path):
     p = gp.ic.plummer(3000, seed=8)
     a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=2).forces()

@@ -70,8 +70,10 @@ class StreamedTreeBuild final : public SortObserver {
   /// Bytes of the budget the build took for the permute (its groups, the cells' page tables
   /// and fewest frames, its pages and window).
   std::uint64_t charged() const { return charged_; }
-  /// The cells and groups (once; complete() only: std::logic_error otherwise).
-  BuiltCells take();
+  /// The cells and groups, for a tree of `params`: once, complete() only (std::logic_error
+  /// otherwise); InputError, the build kept, when they were made with other parameters
+  /// (n_leaf, n_crit, theta, quad_tol).
+  BuiltCells take(const TreeParams& params);
 
  private:
   struct Count;
@@ -84,7 +86,7 @@ class StreamedTreeBuild final : public SortObserver {
   int threads_;
   std::unique_ptr<Count> count_;
   std::unique_ptr<Build> build_;
-  bool complete_ = false;
+  bool complete_ = false, taken_ = false;
   std::string declined_;
   double seconds_count_ = 0, seconds_build_ = 0;
   std::uint64_t charged_ = 0;

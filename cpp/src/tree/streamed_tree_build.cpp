@@ -369,11 +369,17 @@ void StreamedTreeBuild::permute_done() {
   seconds_build_ += seconds_since(t0);
 }
 
-BuiltCells StreamedTreeBuild::take() {
-  if (!complete_ || !build_) throw std::logic_error("streamed tree build: take() of a build not complete");
+BuiltCells StreamedTreeBuild::take(const TreeParams& params) {
+  if (taken_) throw std::logic_error("streamed tree build: its cells were taken already (by an earlier tree)");
+  if (!complete_ || !build_)
+    throw std::logic_error("streamed tree build: not complete" + (declined_.empty() ? std::string() : " (" + declined_ + ")"));
+  if (params.n_leaf != params_.n_leaf || params.n_crit != params_.n_crit || params.theta != params_.theta ||
+      params.quad_tol != params_.quad_tol)
+    throw InputError("out-of-core tree: the cells built in the sort were made with other parameters (n_leaf, n_crit, "
+                     "theta, quad_tol) than this tree's");
   BuiltCells out = std::move(build_->out);
   build_.reset();
-  complete_ = false;
+  complete_ = false, taken_ = true;
   return out;
 }
 
