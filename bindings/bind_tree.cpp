@@ -82,30 +82,8 @@ DomainBox box_from(const Box& b) {
   return d;
 }
 
-/// The out-of-core tree with the store it reads: every call checks that the store is open;
-/// the tree shares the store's ownership, so its destructor (pins, budget charges) never
-/// runs on a store that the box closed first.
-class PagedTreeBox {
- public:
-  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free)
-      : box_(box), store_(box.share()), tree_(*store_, p, keep_free) {}
-  PagedTreeBox(bindings::StoreBox& box, const TreeParams& p, std::uint64_t keep_free, BuiltCells built)
-      : box_(box), store_(box.share()), tree_(*store_, p, keep_free, std::move(built)) {}
-  PagedTree& get() {
-    box_.get();  // throws once the store is closed
-    return tree_;
-  }
-  const PagedTree& get() const {
-    box_.get();
-    return tree_;
-  }
-  ParticleStore& store() { return box_.get(); }
-
- private:
-  bindings::StoreBox& box_;  // kept alive by the Python object (keep_alive)
-  std::shared_ptr<ParticleStore> store_;  // before tree_: destroyed after it
-  PagedTree tree_;
-};
+/// The out-of-core tree with the store it reads (StoreBound).
+using PagedTreeBox = bindings::StoreBound<PagedTree>;
 
 void check_columns(std::size_t got, std::size_t want, const char* name) {
   if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");

@@ -2,6 +2,7 @@
 // object is collected: shared by bind_store.cpp and the out-of-core tree in bind_tree.cpp.
 #pragma once
 #include <memory>
+#include <utility>
 
 #include <nanobind/nanobind.h>
 
@@ -32,6 +33,32 @@ class StoreBox {
 
  private:
   std::shared_ptr<ParticleStore> store_;
+};
+
+/// An object that reads the store (the out-of-core tree, its build in the sort), with the
+/// store it reads: every call checks that the store is open, and the object shares the
+/// store's ownership, so its destructor (pins, budget charges) never runs on a store that
+/// the box closed first. T is made from the store and `args`.
+template <class T>
+class StoreBound {
+ public:
+  template <class... Args>
+  explicit StoreBound(StoreBox& box, Args&&... args)
+      : box_(box), store_(box.share()), object_(*store_, std::forward<Args>(args)...) {}
+  T& get() {
+    box_.get();  // throws once the store is closed
+    return object_;
+  }
+  const T& get() const {
+    box_.get();
+    return object_;
+  }
+  ParticleStore& store() { return box_.get(); }
+
+ private:
+  StoreBox& box_;                         // kept alive by the Python object (keep_alive)
+  std::shared_ptr<ParticleStore> store_;  // before object_: destroyed after it
+  T object_;
 };
 
 /// Page-cache counters as a dict (the store's, and the out-of-core tree's cell cache).

@@ -43,9 +43,9 @@ class PagedTree {
   /// core), BudgetError when the budget cannot hold the cells' fewest frames and the groups.
   /// `keep_free`: bytes of the budget the cell cache leaves to others (copied particle blocks).
   PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free = 0);
-  /// The tree whose cells a sort built as it wrote the particles (StreamedTreeBuild::take()),
-  /// with the parameters they were made with (InputError otherwise), its cell cache widened
-  /// to what the budget has left, less `keep_free`.
+  /// The tree whose cells a sort built as it wrote the particles (StreamedTreeBuild::take,
+  /// which checks that they were made for these parameters), its cell cache widened to what
+  /// the budget has left, less `keep_free`.
   PagedTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, BuiltCells built);
 
   /// Self-gravity of every particle of the store (self excluded) into its fields `acc_field`

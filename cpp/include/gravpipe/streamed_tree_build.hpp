@@ -40,8 +40,6 @@ struct BuiltCells {
   std::vector<Group> groups;      // in curve order
   Reservation groups_charge;
   std::int64_t leaves = 0;
-  int n_leaf = 0, n_crit = 0;     // the parameters the records were made with
-  double theta = 0, quad_tol = 0;
 };
 
 class StreamedTreeBuild final : public SortObserver {

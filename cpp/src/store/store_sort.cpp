@@ -502,14 +502,14 @@ struct PermuteSizes {
 /// (N = 1e7 at 1/10 on the scratch disk: permute 0.96-1.25 s). The twin pages are cooled
 /// once read: they go first when a frame is needed. An observer that wants them is shown
 /// each chunk of the positions and masses (a page group) with its keys, on a thread of its
-/// own while the next chunk loads; returns whether it saw every particle.
-bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::int64_t>& run_begin,
+/// own while the next chunk loads; returns whether it saw every particle. `sets`: the
+/// carried columns by page (columns_by_page), `sizes` their chunks and buffers.
+bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::vector<CarriedColumn>>& sets,
+                    const PermuteSizes& sizes, const std::vector<std::int64_t>& run_begin,
                     const std::vector<std::uint16_t>& from, BatchedPageIo& io) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
   s.discard_fields(c.carried);  // the twins hold every value now
-  const std::vector<std::vector<CarriedColumn>> sets = columns_by_page(s, c);
-  const PermuteSizes sizes(s, c, sets);
   const std::int64_t values = sizes.values, pages = sizes.pages;
   const auto chunk_of = [&sizes](const std::vector<CarriedColumn>& set) { return sizes.chunk(set); };
   BatchedLoads loads(s, io);
@@ -773,7 +773,9 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   std::vector<RunHead>().swap(heads);
   // the permute's buffers are a few MiB of the sort buffer: the rest goes back to the budget
   // for the observer (the tree's build riding on the permute takes its groups and pages)
-  const std::uint64_t permute = std::min(c.buffer_bytes, PermuteSizes(s, c, columns_by_page(s, c)).bytes(c.observer != nullptr));
+  const std::vector<std::vector<CarriedColumn>> sets = columns_by_page(s, c);
+  const PermuteSizes sizes(s, c, sets);
+  const std::uint64_t permute = std::min(c.buffer_bytes, sizes.bytes(c.observer != nullptr));
   buffers.release();
   buffers = s.budget().reserve(permute, "the sort's permute buffers");
   if (c.observer != nullptr) c.observer->merge_done();
@@ -781,7 +783,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   traffic(st.merge_read, st.merge_written);
 
   t0 = Clock::now();
-  if (permute_fields(s, c, run_begin, from, io) && c.observer != nullptr) c.observer->permute_done();
+  if (permute_fields(s, c, sets, sizes, run_begin, from, io) && c.observer != nullptr) c.observer->permute_done();
   st.seconds_permute = seconds_since(t0);
   traffic(st.permute_read, st.permute_written);
   return st;

@@ -297,7 +297,6 @@ void StreamedTreeBuild::merge_done() {
   }
   BuiltCells out;
   out.leaves = count_->leaves;
-  out.n_leaf = params_.n_leaf, out.n_crit = params_.n_crit, out.theta = params_.theta, out.quad_tol = params_.quad_tol;
   const std::size_t page = store_.page_bytes();
   try {
     MemoryBudget& budget = store_.budget();

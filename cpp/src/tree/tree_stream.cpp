@@ -29,7 +29,7 @@ void TreeStream::feed(const std::uint64_t* keys, std::int64_t count) {
     last_key_ = keys[k];
   }
   window_.insert(window_.end(), keys, keys + count);
-  while (next_ < n_ && step(false)) {
+  while (next_ < n_ && step()) {
   }
   drop_done();
 }
@@ -38,12 +38,12 @@ void TreeStream::finish() {
   if (fed() != n_) throw std::logic_error("tree stream: finished after " + std::to_string(fed()) + " of " +
                                           std::to_string(n_) + " keys");
   while (next_ < n_)
-    if (!step(true)) throw std::logic_error("tree stream: a leaf wants keys past the last");
+    if (!step()) throw std::logic_error("tree stream: a leaf wants keys past the last");
   close_to(-1, n_);
   drop_done();
 }
 
-bool TreeStream::step(bool all) {
+bool TreeStream::step() {
   const std::uint64_t k = key(next_);
   // the split cells that particle next_ has left end here
   std::size_t keep = open_.size();
@@ -55,7 +55,7 @@ bool TreeStream::step(bool all) {
     if (probe < n_ && probe >= fed()) return false;
     const bool small = probe >= n_ || prefix_of(key(probe), level) != prefix_of(k, level);
     if (small || level == kTreeMaxLevel) {
-      const std::int64_t end = leaf_end(level, all);
+      const std::int64_t end = leaf_end(level);
       if (end < 0) return false;  // equal keys past the window: wait for its end
       sink_.leaf(level, next_, end);
       if (!open_.empty()) ++open_.back().children;
@@ -66,11 +66,11 @@ bool TreeStream::step(bool all) {
   }
 }
 
-std::int64_t TreeStream::leaf_end(int level, bool all) const {
+std::int64_t TreeStream::leaf_end(int level) const {
   const std::uint64_t p = prefix_of(key(next_), level);
   std::int64_t j = next_ + 1;
   while (j < fed() && prefix_of(key(j), level) == p) ++j;
-  return j < fed() || all || fed() == n_ ? j : -1;
+  return j < fed() || fed() == n_ ? j : -1;
 }
 
 void TreeStream::close_to(int level_above, std::int64_t end) {

@@ -54,10 +54,10 @@ class TreeStream {
   };
   std::uint64_t key(std::int64_t i) const { return window_[static_cast<std::size_t>(i - base_)]; }
   /// Tell the cells that particle next_ completes and start its leaf; false when that needs
-  /// keys not fed yet (`all`: every key is fed).
-  bool step(bool all);
+  /// keys not fed yet.
+  bool step();
   /// Where the leaf at `level` that starts at next_ ends; -1 when that is past the keys fed.
-  std::int64_t leaf_end(int level, bool all) const;
+  std::int64_t leaf_end(int level) const;
   void close_to(int level_above, std::int64_t end);  // tell the open cells below level_above
   void drop_done();
 
