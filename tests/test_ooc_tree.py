@@ -409,19 +409,25 @@ def test_flipped_bit_is_caught_with_the_walk_prefetch_loading_the_page(tmp_path)
     assert os.listdir(tmp_path) == []
 
 
-def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path):
+@pytest.mark.parametrize("in_sort", [False, True])
+def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path, in_sort):
     """The tree's cells have a scratch file of their own, checked like the particles' pages:
-    with a few cell frames the walk records are written back after the moments and read
-    again by the walk, and a corrupt one raises ChecksumError naming it, never wrong forces."""
+    with a few cell frames the walk records are written back after the moments (or written
+    whole by the build riding on the sort) and read again by the walk, and a corrupt one
+    raises ChecksumError naming it, never wrong forces."""
     n = 6000
     p = gp.ic.plummer(n, seed=3)
-    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2), eps=EPS, threads=2, page_bytes=PAGE)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2), eps=EPS, threads=2, page_bytes=PAGE,
+                                 sort_buffer=int(_core.least_sort_buffer(n)))
     try:
-        o.sort()
+        o.tree_in_sort = in_sort
+        d = o.sort()
+        assert d.get("tree_in_sort", False) == in_sort, d.get("tree_declined")
         q = o.params
         tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
                                q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
-                               q["isa"], 1 << 50)  # keep the whole budget free: the fewest cell frames
+                               q["isa"], 1 << 50,  # keep the whole budget free: the fewest cell frames
+                               built=o._built[0] if in_sort else None)
         cell_files = [f for f in os.listdir(tmp_path) if str(tmp_path / f) != o.store.path]
         assert len(cell_files) == 1
         path = str(tmp_path / cell_files[0])

@@ -771,8 +771,10 @@ class OutOfCore:
         return self.store.stats()
 
     def close(self) -> None:
-        """Drop the tree and remove the scratch file."""
+        """Drop the tree (and cells a sort built for it, which share the store) and remove the
+        scratch files."""
         self._tree = None
+        self._built = None
         self.store.close()
 
     @property
