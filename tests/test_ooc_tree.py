@@ -892,6 +892,61 @@ def test_flipped_bit_in_a_page_the_walks_worker_reads_past_the_cache(tmp_path, m
     assert os.listdir(tmp_path) == []
 
 
+CELLS_DISK_FULL = textwrap.dedent("""
+    import os, resource, signal, sys, warnings
+    import numpy as np
+    import gravpipe as gp
+    from gravpipe.errors import StoreError
+    from gravpipe.ooc import MemoryBudgetWarning, OutOfCore
+    scratch, budget, page, in_sort = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG instead of a signal
+    warnings.simplefilter("ignore", MemoryBudgetWarning)
+    # tight pairs and leaves of one particle: a chain of cells splits each pair, so the
+    # cells' file outgrows the particles' (about 6 cells a particle)
+    half = gp.ic.plummer(12000, seed=10)
+    p = gp.Particles(np.concatenate([half.pos, half.pos + 3e-5]), np.concatenate([half.vel, half.vel]),
+                     np.concatenate([half.mass, half.mass]) / 2)
+    with OutOfCore.from_particles(p, scratch, budget, eps=1e-2, threads=2, page_bytes=page, n_leaf=1) as o:
+        o.tree_in_sort = in_sort
+        o.presort, o.presort_run = True, 1024
+        o.step(1 / 64)
+        st = o.step(1 / 64)
+        print("IN SORT", st.sort_detail.get("tree_in_sort", False))
+        sizes = {f: os.path.getsize(os.path.join(scratch, f)) for f in os.listdir(scratch)}
+        particles = sizes.pop(os.path.basename(o.store.path))
+        # the 'disk' ends at twice the particles' file: every write to it still fits, the
+        # cells' file does not
+        limit = 2 * particles
+        print("CELLS PAST THE LIMIT", max(sizes.values()) > limit)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        try:
+            o.step(1 / 64)
+            print("NO ERROR")
+        except StoreError as e:
+            print("ERROR", e)
+    print("SCRATCH", os.listdir(scratch))
+""")
+
+
+@pytest.mark.parametrize("in_sort", [True, False], ids=["built_in_the_sort", "built_after_the_sort"])
+def test_a_full_disk_while_the_cells_are_written(tmp_path, in_sort):
+    """What this proves: when the scratch disk fills while the tree's cells are written (their
+    own file refused, the particles' file not: EFBIG, the stand-in for a full disk), the step
+    stops with StoreError naming the file, the page and the cells it holds, whether the cells
+    were built as the sort wrote the particles (pages written whole from the build's thread)
+    or after it (pages evicted from the cells' cache), and every scratch file is removed."""
+    budget = _least(24000, 2, n_leaf=1) + 96 * PAGE
+    r = subprocess.run([sys.executable, "-c", CELLS_DISK_FULL, str(tmp_path), str(budget), str(PAGE),
+                        "1" if in_sort else "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"IN SORT {in_sort}" in r.stdout, r.stdout
+    assert "CELLS PAST THE LIMIT True" in r.stdout, r.stdout
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("ERROR")), None)
+    assert line is not None, r.stdout
+    assert "EFBIG" in line and "writing page" in line and "of cells" in line, line
+    assert "SCRATCH []" in r.stdout, r.stdout
+
+
 RUNS_DISK_FULL = textwrap.dedent("""
     import os, resource, signal, sys
     import gravpipe as gp
