@@ -1,0 +1,66 @@
+"""Context switches of each thread of the process during one out-of-core step (N = 1e7 at a
+budget of 1/10 by default), voluntary (a thread waits) and involuntary (it is preempted),
+read from /proc/self/task every 50 ms, so threads that live only for the walk (the
+prefetch) are counted too. The optional third argument is the budget as a fraction of the
+particle data (default 0.1; below ~1e7 particles 1/10 is less than the least budget).
+BENCHMARKS.md, session 24.
+
+    python benchmarks/ooc/thread_switches.py 1e7 /path/to/scratch [0.1]
+"""
+import os
+import sys
+import threading
+import time
+
+import gravpipe as gp
+from gravpipe.ooc import OutOfCore
+
+
+def _switches() -> dict[str, tuple[int, int]]:
+    """Thread id -> (voluntary, involuntary) switches so far (Linux)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                fields = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[tid] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]))
+    return out
+
+
+def main() -> None:
+    n, scratch = int(float(sys.argv[1])), sys.argv[2]
+    fraction = float(sys.argv[3]) if len(sys.argv) > 3 else 0.1
+    p = gp.ic.plummer(n, seed=1)
+    with OutOfCore.from_particles(p, scratch, int(fraction * 96 * n), eps=1e-3, threads=2) as o:
+        o.forces()
+        o.step(1 / 128)
+        first = _switches()
+        last = dict(first)
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                last.update(_switches())
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        st = o.step(1 / 128)
+        done.set()
+        watcher.join()
+        last.update(_switches())
+    print(f"step {st.total:.2f} s: walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s")
+    rows = []
+    for tid, (v, nv) in last.items():
+        v0, nv0 = first.get(tid, (0, 0))
+        rows.append((v - v0 + nv - nv0, tid, v - v0, nv - nv0, tid in first))
+    for total, tid, v, nv, old in sorted(rows, reverse=True):
+        if total > 50:
+            print(f"thread {tid} ({'before the step' if old else 'new in the step'}): "
+                  f"voluntary {v}, involuntary {nv}")
+
+
+if __name__ == "__main__":
+    main()

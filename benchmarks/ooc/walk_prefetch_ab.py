@@ -1,0 +1,65 @@
+"""The out-of-core walk's prefetch depth, A/B in one process: steps alternate between the
+depths named (runs planned ahead of each compute thread; 0 turns the prefetch off), so that
+the host's drift hits every depth alike. Prints each step's time, walk, sort, CPU, context
+switches, stalls and bytes read, then the medians. BENCHMARKS.md, session 24.
+
+    python benchmarks/ooc/walk_prefetch_ab.py 1e7 /path/to/scratch 4,0 3
+"""
+import resource
+import statistics
+import sys
+
+import gravpipe as gp
+import gravpipe.ooc as ooc
+from gravpipe.ooc import OutOfCore
+
+
+class _DepthSetter:
+    """Stands in for gravpipe.ooc's _core: each PagedTree it makes gets ``depth``."""
+
+    depth = 4
+
+    def __init__(self, core):
+        self._core = core
+
+    def __getattr__(self, name):
+        return getattr(self._core, name)
+
+    def PagedTree(self, *args, **kwargs):  # noqa: N802 (the binding's name)
+        tree = self._core.PagedTree(*args, **kwargs)
+        tree.prefetch_runs = _DepthSetter.depth
+        return tree
+
+
+def _usage() -> tuple[float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
+def main() -> None:
+    n, scratch = int(float(sys.argv[1])), sys.argv[2]
+    depths = [int(d) for d in sys.argv[3].split(",")]
+    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+    ooc._core = _DepthSetter(ooc._core)
+    p = gp.ic.plummer(n, seed=1)
+    steps: dict[int, list[float]] = {d: [] for d in depths}
+    with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3, threads=2) as o:
+        o.forces()
+        o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
+        for _ in range(rounds):
+            for d in depths:
+                _DepthSetter.depth = d
+                a, (c0, x0) = dict(o.store.stats()), _usage()
+                st = o.step(1 / 128)
+                b, (c1, x1) = dict(o.store.stats()), _usage()
+                steps[d].append(st.total)
+                print(f"depth {d}: step {st.total:.2f} s, walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s, "
+                      f"cpu {c1 - c0:.2f} s, context switches {x1 - x0}, "
+                      f"stalls {b['stall_seconds'] - a['stall_seconds']:.2f} thread-s, "
+                      f"read {(b['bytes_read'] - a['bytes_read']) / 2**30:.2f} GiB", flush=True)
+    for d in depths:
+        print(f"depth {d}: median step {statistics.median(steps[d]):.2f} s of {len(steps[d])}")
+
+
+if __name__ == "__main__":
+    main()
