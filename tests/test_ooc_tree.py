@@ -339,7 +339,9 @@ def test_cells_through_sets_of_slots_that_evict_bitwise_equal(tmp_path, monkeypa
     n = 40_000
     p = gp.ic.plummer(n, seed=5)
     a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=2).forces()
-    with OutOfCore.from_particles(p, tmp_path, 26_000_000, eps=EPS, threads=2, page_bytes=PAGE) as o:
+    # the particles' cache fixed, and all but ~60 frames of the rest kept from the cells
+    with OutOfCore.from_particles(p, tmp_path, 26_000_000, eps=EPS, threads=2, page_bytes=PAGE,
+                                  cache_bytes=1_680_000) as o:
         monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads: 24_000_000)
         st = o.forces()
         frames, pages = st.cell_cache_bytes // PAGE, st.cells * 128 // PAGE
@@ -468,6 +470,40 @@ def test_budget_too_small_names_the_least_budget(tmp_path):
     assert e.value.least_budget == least
     with OutOfCore(n, tmp_path, least, page_bytes=PAGE, threads=1):
         pass  # the least budget works
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, monkeypatch, threads):
+    """What this proves: the least budget plan_budget names is enough for whole steps, not
+    just to open the store: at exactly that budget (the particles' cache its fewest frames,
+    so each thread's lease soon holds its share and copies its blocks, which come out of the
+    room kept beside the cells), leapfrog steps with the walk's runs and the tree built in
+    the sort raise nothing, charge no more than the budget and equal the in-core leapfrog
+    bit for bit. Each thread's copied blocks are planned for once (session 24: they were
+    counted twice, in the tree's room and again in the fixed allowances)."""
+    import warnings
+
+    import gravpipe.ooc as ooc_mod
+    # the kick passes' blocks made small: their 4.5 MiB would hide a shortfall elsewhere (with
+    # no room for copied blocks, 2 threads raise MemoryBudgetError at this budget: checked)
+    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 16)
+    n, dt = 4000, 1 / 64
+    p = gp.ic.plummer(n, seed=12)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=threads)
+    sim.evolve(3 * dt)
+    least = _least(n, threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MemoryBudgetWarning)  # the walk's cache is thin: it warns
+        o = OutOfCore.from_particles(p, tmp_path, least, eps=EPS, threads=threads, page_bytes=PAGE)
+    with o:
+        o.presort, o.presort_run = True, 1024
+        for _ in range(3):
+            st = o.step(dt)
+        assert st.sort_detail["presorted_used"] and st.sort_detail["tree_in_sort"], st.sort_detail
+        assert o.store._core.budget_peak <= least
+        assert np.array_equal(o.gather("pos"), sim.particles.pos)
+        assert np.array_equal(o.gather("vel"), sim.particles.vel)
     assert os.listdir(tmp_path) == []
 
 

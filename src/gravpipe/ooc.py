@@ -210,10 +210,12 @@ class BudgetPlan:
     cache: int
 
 
-def block_allowance(threads: int) -> int:
-    """Bytes of the fixed allowances: the separate kick and drift passes' blocks and the
-    threads' copied particle blocks."""
-    return 72 * KICK_BLOCK + threads * COPY_ALLOWANCE
+def block_allowance() -> int:
+    """Bytes of the separate kick and drift passes' blocks. The threads' copied particle
+    blocks live only in the walk, where :func:`tree_keep_free` holds them beside the tree;
+    counting them here as well reserved them twice (until session 24: 4 MiB a thread that
+    no phase used, taken from the particles' cache)."""
+    return 72 * KICK_BLOCK
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ class _LeastBudget:
     tree: int            # the tree's fewest cell frames and its groups
     groups: int          # groups planned
     sort: int            # the least sort buffer and its run sources
-    blocks: int          # the fixed allowances (kick passes' blocks, copied particle blocks)
+    blocks: int          # the kick passes' blocks (the copied particle blocks are the tree's, tree_keep_free)
 
 
 def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: int, read_ahead: int) -> _LeastBudget:
@@ -234,7 +236,7 @@ def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: in
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     groups = math.ceil(GROUPS_PER_PARTICLE_AT_256 * 256 / n_crit * n) + 1
     tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
-    blocks = block_allowance(threads)
+    blocks = block_allowance()
     least_sort = int(_core.least_sort_buffer(n)) + 2 * n
     least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort) + blocks
     return _LeastBudget(least_store + least_headroom, least_store, _tables(n, page_bytes), tree_least, groups,
