@@ -7,20 +7,13 @@
 #   bash benchmarks/gpu/lease_check.sh          (from the repository root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-stamp() { echo "== $(date +%T) $*"; }
+. benchmarks/gpu/setup.sh
 stamp start
-{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
-  lscpu | grep -E "Model name|^CPU\(s\)"; free -g | head -2; df -h /tmp /dev/shm; findmnt -T /tmp; } 2>&1 | tee "$out/machine.txt"
+describe_machine machine.txt
+{ free -g | head -2; df -h /tmp /dev/shm; findmnt -T /tmp; } 2>&1 | tee -a "$out/machine.txt"
 
 stamp build
-GRAVPIPE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=native" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  timeout 300 python3 -m pip install -q --no-build-isolation --no-deps . > "$out/pip.txt" 2>&1 \
-  || { tail -40 "$out/pip.txt"; exit 1; }
-command -v gravpipe >/dev/null || export PATH="$(dirname "$(python3 -c "import sys; print(sys.executable)")"):$PATH"
-python3 -c "import gravpipe as gp; print('cuda backend:', gp.available_backends()['cuda'])"
+build_with_cuda 300
 
 stamp gpu tests
 timeout 150 python3 -m pytest -q -rfs -m gpu -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.txt" | tail -6

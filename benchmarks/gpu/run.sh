@@ -7,20 +7,12 @@
 #   bash benchmarks/gpu/run.sh [quick]      (from the repository root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-stamp() { echo "== $(date +%T) $*"; }
+. benchmarks/gpu/setup.sh
 stamp start
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$out/gpu.txt"
-lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$out/gpu.txt"
+describe_machine gpu.txt
 
 stamp build
-GRAVPIPE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=native" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  python3 -m pip install -q --no-build-isolation --no-deps . > "$out/pip.txt" 2>&1 \
-  || { tail -40 "$out/pip.txt"; exit 1; }
-command -v gravpipe >/dev/null || export PATH="$(dirname "$(python3 -c "import sys; print(sys.executable)")"):$PATH"
-python3 -c "import gravpipe as gp; print('cuda backend:', gp.available_backends()['cuda'])"
+build_with_cuda 1200
 
 # the check program: the pipeline alone, with its own float64 reference
 stamp check program

@@ -5,9 +5,10 @@ switches, stalls and bytes read, then the medians. BENCHMARKS.md, session 24.
 
     python benchmarks/ooc/walk_prefetch_ab.py 1e7 /path/to/scratch 4,0 3
 """
-import resource
 import statistics
 import sys
+
+from step_report import step_line, usage
 
 import gravpipe as gp
 import gravpipe.ooc as ooc
@@ -31,11 +32,6 @@ class _DepthSetter:
         return tree
 
 
-def _usage() -> tuple[float, int]:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
-
-
 def main() -> None:
     n, scratch = int(float(sys.argv[1])), sys.argv[2]
     depths = [int(d) for d in sys.argv[3].split(",")]
@@ -49,14 +45,10 @@ def main() -> None:
         for _ in range(rounds):
             for d in depths:
                 _DepthSetter.depth = d
-                a, (c0, x0) = dict(o.store.stats()), _usage()
+                a, u0 = dict(o.store.stats()), usage()
                 st = o.step(1 / 128)
-                b, (c1, x1) = dict(o.store.stats()), _usage()
                 steps[d].append(st.total)
-                print(f"depth {d}: step {st.total:.2f} s, walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s, "
-                      f"cpu {c1 - c0:.2f} s, context switches {x1 - x0}, "
-                      f"stalls {b['stall_seconds'] - a['stall_seconds']:.2f} thread-s, "
-                      f"read {(b['bytes_read'] - a['bytes_read']) / 2**30:.2f} GiB", flush=True)
+                print(step_line(f"depth {d}", st, a, dict(o.store.stats()), u0, usage()), flush=True)
     for d in depths:
         print(f"depth {d}: median step {statistics.median(steps[d]):.2f} s of {len(steps[d])}")
 
