@@ -4,7 +4,7 @@ out-of-core step: the same budget (1/10 of the data), particle caches of the siz
 so that the host's drift hits every size alike. Prints each second step's time, walk, sort,
 CPU, stalls, bytes read and the cells' cache, then the medians. BENCHMARKS.md, session 24.
 
-    python benchmarks/ooc/cache_split_ab.py 1e7 /path/to/scratch 26,30 3
+    python benchmarks/ooc/cache_split_ab.py 1e7 /path/to/scratch 26,30 3 [threads, default 2]
 """
 import statistics
 import sys
@@ -19,11 +19,12 @@ def main() -> None:
     n, scratch = int(float(sys.argv[1])), sys.argv[2]
     caches = [int(float(c) * 2**20) for c in sys.argv[3].split(",")]
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     p = gp.ic.plummer(n, seed=1)
     steps: dict[int, list[float]] = {c: [] for c in caches}
     for _ in range(rounds):
         for cache in caches:
-            with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3, threads=2,
+            with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3, threads=threads,
                                           cache_bytes=cache) as o:
                 o.forces()
                 o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
