@@ -45,11 +45,13 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     out-of-core steps bitwise against the in-core ones, and reports each stage's traffic and
     CPU seconds (every thread of the process) against its wall seconds, in print and JSON;
     with repeats, each repeat's in-core and out-of-core steps (back to back) and their
-    ratios, the bests being the least of those."""
+    ratios, the bests being the least of those. The header names the runs' threads (3 here,
+    whatever the machine has)."""
     out = tmp_path / "r.json"
     r = gravpipe("bench", "ooc", "ratio", "-n", "30000", "--budget-fraction", "10", "--scratch", tmp_path,
-                 "--threads", "2", "--repeat", "2", "--json", out, timeout=300)
+                 "--threads", "3", "--repeat", "2", "--json", out, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert ", 3 threads, isa " in r.stdout.splitlines()[0], r.stdout
     assert "bitwise equal: True" in r.stdout and "CPU (all threads): sort " in r.stdout, r.stdout
     row = json.loads(out.read_text())["ratio"][0]
     assert row["identical_to_in_core"]

@@ -500,13 +500,19 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_threads(args: argparse.Namespace, info: dict) -> int:
+    """The CPU threads a bench runs with: ``--threads`` when given, else the machine's
+    (what its header prints, so that a figure names the threads that made it)."""
+    return args.threads or info["openmp_threads"]
+
+
 def _bench_ooc(args: argparse.Namespace) -> int:
     from gravpipe.bench import machine
     from gravpipe.bench import ooc as bo
     from gravpipe.store import format_bytes
 
     info = machine.describe()
-    print(f"gravpipe bench ooc  {info['cpu']}, {info['openmp_threads']} threads, isa {info['isa']}")
+    print(f"gravpipe bench ooc  {info['cpu']}, {_bench_threads(args, info)} threads, isa {info['isa']}")
     doc: dict = {"benchmark": "ooc", "machine": info}
     if "swap" in args.what:
         rows = []
@@ -602,7 +608,7 @@ def _bench_direct(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json == "-")
     info = machine.describe()
     where = (f"GPU {info['gpu']}" if args.backend == "cuda"
-             else f"{info['openmp_threads']} threads, isa {' '.join(args.isa or [info['isa']])}")
+             else f"{_bench_threads(args, info)} threads, isa {' '.join(args.isa or [info['isa']])}")
     console.print(f"[bold]gravpipe bench direct[/bold]  {info['cpu']}, {where}, eps {direct.EPS}, Plummer, "
                   f"self excluded, n_i = {args.n_i or 'N'}")
     results, numpy_rate = direct.run(sizes, args.precision, args.mode, args.backend, args.threads, n_i=args.n_i,
@@ -628,7 +634,7 @@ def _bench_hermite(args: argparse.Namespace) -> int:
 
     console = Console(stderr=args.json == "-")
     info = machine.describe()
-    console.print(f"[bold]gravpipe bench hermite[/bold]  {info['cpu']}, {info['openmp_threads']} threads, "
+    console.print(f"[bold]gravpipe bench hermite[/bold]  {info['cpu']}, {_bench_threads(args, info)} threads, "
                   f"isa {info['isa']}")
     results = []
     for precision in args.precision:
@@ -793,7 +799,7 @@ def _bench_tree(args: argparse.Namespace) -> int:
         console.width = max(console.width, 150)
     info = machine.describe()
     eps = "(1/64) (N/1e4)^(-1/3)" if args.eps is None else f"{args.eps:g}"
-    console.print(f"[bold]gravpipe bench tree[/bold]  {info['cpu']}, {info['openmp_threads']} threads, "
+    console.print(f"[bold]gravpipe bench tree[/bold]  {info['cpu']}, {_bench_threads(args, info)} threads, "
                   f"isa {info['isa']}, precision {args.precision}, eps {eps}, best of {settings['repeat']}, "
                   f"error sample {args.sample}", highlight=False)
     with console.status("") as status:
@@ -821,7 +827,7 @@ def _bench_tree_backends(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 150)
     info = machine.describe()
-    console.print(f"[bold]gravpipe bench tree --backend cuda[/bold]  {info['cpu']}, {info['openmp_threads']} "
+    console.print(f"[bold]gravpipe bench tree --backend cuda[/bold]  {info['cpu']}, {_bench_threads(args, info)} "
                   f"threads, GPU {machine.gpu_name()}, precision mixed, best of {args.repeat or 1}",
                   highlight=False)
     with console.status("") as status:
