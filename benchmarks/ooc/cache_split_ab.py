@@ -9,7 +9,7 @@ CPU, stalls, bytes read and the cells' cache, then the medians. BENCHMARKS.md, s
 import statistics
 import sys
 
-from step_report import step_line, usage
+from step_report import budget, step_line, usage
 
 import gravpipe as gp
 from gravpipe.ooc import OutOfCore
@@ -24,7 +24,7 @@ def main() -> None:
     steps: dict[int, list[float]] = {c: [] for c in caches}
     for _ in range(rounds):
         for cache in caches:
-            with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3, threads=threads,
+            with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=threads,
                                           cache_bytes=cache) as o:
                 o.forces()
                 o.step(1 / 128)  # the steady state: the next sort's runs made in the walk

@@ -2,6 +2,13 @@
 they run as ``python benchmarks/ooc/NAME.py``, which puts this folder on the path)."""
 import resource
 
+from gravpipe.bench.ooc import DATA_BYTES_PER_PARTICLE
+
+
+def budget(n: int, fraction: float = 0.1) -> int:
+    """Bytes of a budget that is ``fraction`` of n particles' data, as the ratio bench sizes it."""
+    return int(fraction * DATA_BYTES_PER_PARTICLE * n)
+
 
 def usage() -> tuple[float, int]:
     """CPU seconds (user + system) and context switches of the process so far."""

@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+from step_report import budget
+
 import gravpipe as gp
 from gravpipe.ooc import OutOfCore
 
@@ -33,14 +35,17 @@ def main() -> None:
     n, scratch = int(float(sys.argv[1])), sys.argv[2]
     fraction = float(sys.argv[3]) if len(sys.argv) > 3 else 0.1
     p = gp.ic.plummer(n, seed=1)
-    with OutOfCore.from_particles(p, scratch, int(fraction * 96 * n), eps=1e-3, threads=2) as o:
+    with OutOfCore.from_particles(p, scratch, budget(n, fraction), eps=1e-3, threads=2) as o:
         o.forces()
         o.step(1 / 128)
         first = _switches()
         last = dict(first)
         done = threading.Event()
 
+        watcher_tid = []  # this watcher's own switches are not the step's
+
         def watch() -> None:
+            watcher_tid.append(str(threading.get_native_id()))
             while not done.is_set():
                 last.update(_switches())
                 time.sleep(0.05)
@@ -54,6 +59,8 @@ def main() -> None:
     print(f"step {st.total:.2f} s: walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s")
     rows = []
     for tid, (v, nv) in last.items():
+        if tid in watcher_tid:
+            continue
         v0, nv0 = first.get(tid, (0, 0))
         rows.append((v - v0 + nv - nv0, tid, v - v0, nv - nv0, tid in first))
     for total, tid, v, nv, old in sorted(rows, reverse=True):

@@ -8,7 +8,7 @@ switches, stalls and bytes read, then the medians. BENCHMARKS.md, session 24.
 import statistics
 import sys
 
-from step_report import step_line, usage
+from step_report import budget, step_line, usage
 
 import gravpipe as gp
 import gravpipe.ooc as ooc
@@ -39,7 +39,7 @@ def main() -> None:
     ooc._core = _DepthSetter(ooc._core)
     p = gp.ic.plummer(n, seed=1)
     steps: dict[int, list[float]] = {d: [] for d in depths}
-    with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3, threads=2) as o:
+    with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=2) as o:
         o.forces()
         o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
         for _ in range(rounds):
