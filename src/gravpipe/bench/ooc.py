@@ -154,6 +154,9 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
             o.store.reset_stats()
             st = o.step(dt)
             pairs.append((sec_in[1], st.total))
+            if progress:  # each pair as it comes: a run cut short still leaves its figures
+                progress(f"  in core {sec_in[1]:.2f} s, out of core {st.total:.2f} s: ratio {st.total / sec_in[1]:.3f}; "
+                         f"read {st.bytes_read / 1e9:.2f} GB, stalls {o.stats['stall_seconds']:.2f} thread-s")
             identical = bool(np.array_equal(o.gather("pos"), pos_in) and np.array_equal(o.gather("vel"), vel_in))
             ts = o.tree_stats
             if best_out is None or st.total < best_out[1]:
