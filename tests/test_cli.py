@@ -28,6 +28,17 @@ def test_forces_on_embedded_default_reports_accuracy():
     assert err < 1e-6
 
 
+@pytest.mark.parametrize("bench", [["ooc", "ratio", "-n", "1000"], ["storage", "--sizes", "4096"]])
+def test_bench_on_a_missing_scratch_directory_says_so_in_one_line(tmp_path, bench):
+    missing = tmp_path / "no_such_dir"
+    r = gravpipe("bench", *bench, "--scratch", missing)
+    assert r.returncode == cli.EXIT_USER_ERROR, r.stderr
+    assert r.stderr.strip() == f"gravpipe bench: error: --scratch: directory {missing} does not exist " \
+        "(create it, or name another)", r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not missing.exists()
+
+
 def test_bench_direct_json():
     r = gravpipe("bench", "direct", "--sizes", "256", "--precision", "double", "--mode", "acc+pot",
                  "--json", "-")
@@ -63,6 +74,9 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     assert len(pairs) == 2 and "median ratio" in r.stdout
     assert row["seconds_in_core"] == min(a for a, _ in pairs) and row["seconds_out_of_core"] == min(b for _, b in pairs)
     assert row["ratios_per_repeat"] == [b / a for a, b in pairs]
+    # each pair is printed as it comes, so a run cut short by a time limit leaves its figures
+    each = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("  in core ")]
+    assert len(each) == 2 and all(f"out of core {b:.2f} s: ratio {b / a:.3f}" in ln for ln, (a, b) in zip(each, pairs))
     assert row["ratio_median"] == pytest.approx(sum(b / a for a, b in pairs) / 2, rel=1e-12)
     # the scratch is named for what it is, and the walk prefetches only from a device
     assert row["io_mode"] in ("direct", "buffered") and isinstance(row["scratch_in_memory"], bool)

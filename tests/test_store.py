@@ -683,8 +683,16 @@ def test_bad_input_gets_clear_errors(tmp_path):
             s.write("pos", 0, np.ones(30))
     with pytest.raises(ValueError, match="multiple of 4096"):
         ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=5000)
-    with pytest.raises(StoreError, match="cannot create a page file") as e:
+    with pytest.raises(ValueError, match=f"directory {tmp_path / 'missing'} does not exist"):
         ParticleStore(tmp_path / "missing", 100, memory_budget="1MiB", page_bytes=PAGE)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match="a_file is not a directory"):
+        ParticleStore(tmp_path / "a_file", 100, memory_budget="1MiB", page_bytes=PAGE)
+    assert not (tmp_path / "missing").exists()  # never made up from the path
+    # the core's own refusal, for what only opening the file finds out
+    with pytest.raises(StoreError, match="cannot create a page file") as e:
+        _core.ParticleStore(str(tmp_path / "missing"), 100, [("pos", 3, "f64", "")], PAGE, 1 << 20, 0, "clock",
+                            "auto", 4, 0)
     assert e.value.path == str(tmp_path / "missing")
     with pytest.raises(ValueError, match="eviction"):
         ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=PAGE, eviction="fifo")

@@ -509,8 +509,9 @@ def _bench_threads(args: argparse.Namespace, info: dict) -> int:
 def _bench_ooc(args: argparse.Namespace) -> int:
     from gravpipe.bench import machine
     from gravpipe.bench import ooc as bo
-    from gravpipe.store import format_bytes
+    from gravpipe.store import check_scratch_dir, format_bytes
 
+    check_scratch_dir(args.scratch, "--scratch")  # before minutes of in-core steps, not after
     info = machine.describe()
     print(f"gravpipe bench ooc  {info['cpu']}, {_bench_threads(args, info)} threads, isa {info['isa']}")
     doc: dict = {"benchmark": "ooc", "machine": info}

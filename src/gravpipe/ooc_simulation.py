@@ -44,7 +44,7 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.ooc import OutOfCore, StepTimes
 from gravpipe.particles import Particles
 from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings, latest_checkpoint
-from gravpipe.store import format_bytes, page_bytes_for_budget, parse_byte_size
+from gravpipe.store import check_scratch_dir, format_bytes, page_bytes_for_budget, parse_byte_size
 from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
 
 __all__ = ["OutOfCoreSimulation"]
@@ -351,8 +351,7 @@ class _Settings:
               n_crit: int = DEFAULT_N_CRIT) -> _Settings:
         if scratch is None or memory_budget is None:
             raise ValueError("memory_budget and scratch go together (an out-of-core run needs both)")
-        if not Path(scratch).is_dir():
-            raise ValueError(f"scratch: {scratch} is not a directory")
+        check_scratch_dir(scratch)
         _, params = integrators.resolve("leapfrog", {"dt": dt})
         _, gparams = gravity_registry.resolve("tree", {"theta": theta})
         if not math.isfinite(float(t0)):

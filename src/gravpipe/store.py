@@ -50,6 +50,16 @@ DEFAULT_FIELDS: dict[str, tuple[int, str]] = {
 PAGE_GROUPS: dict[str, str] = {"pos": "body", "mass": "body"}
 
 
+def check_scratch_dir(scratch: str | os.PathLike, what: str = "scratch") -> None:
+    """ValueError naming ``scratch`` unless it is an existing directory: a scratch file is
+    made inside a folder the user chose, never a folder made up from a mistyped path."""
+    path = os.fspath(scratch)
+    if not os.path.exists(path):
+        raise ValueError(f"{what}: directory {path} does not exist (create it, or name another)")
+    if not os.path.isdir(path):
+        raise ValueError(f"{what}: {path} is not a directory")
+
+
 def _page_group(name: str) -> str:
     if name.endswith("~") and name[:-1] in PAGE_GROUPS:
         return PAGE_GROUPS[name[:-1]] + "~"
@@ -155,6 +165,7 @@ class ParticleStore:
             raise ValueError(f"n: must be >= 1, got {n}")
         if read_ahead < 0:
             raise ValueError(f"read_ahead: must be >= 0, got {read_ahead}")
+        check_scratch_dir(scratch)
         self._fields = _field_list(extra_fields)
         self._core = _core.ParticleStore(
             os.fspath(scratch), int(n), self._fields, parse_byte_size(page_bytes), parse_byte_size(memory_budget),

@@ -25,6 +25,7 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.bench.costfit import fit_cost
+from gravpipe.store import check_scratch_dir
 
 DEFAULT_SIZES = [4096 * 2 ** k for k in range(0, 15)]  # 4 KiB .. 64 MiB
 BYTES_PER_SIZE = 64 << 20  # data moved per size and direction (repeats = this / size, within bounds)
@@ -86,6 +87,8 @@ def run(disk_dir: str | None = None, shm_dir: str = SHM, sizes: list[int] | None
     if disk_dir is None:
         made = disk_dir = os.path.abspath("gravpipe-bench-scratch")
         os.makedirs(made, exist_ok=False)
+    else:
+        check_scratch_dir(disk_dir, "--scratch")
     try:
         devices = {"disk": disk_dir}
         if os.path.isdir(shm_dir):
