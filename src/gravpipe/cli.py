@@ -563,6 +563,7 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                 print(f"  tree: built after the sort ({r['sort']['tree_declined']})")
             print("  " + _stage_traffic(r["stage_bytes"], st, r["n"], tree_in_sort))
             print("  " + _stage_cpu(r["stage_cpu_seconds"], st, r["threads"], r["stage_context_switches"]))
+            print("  " + _stage_device(r["device"], r["stage_device"], st, (r["bytes_read"], r["bytes_written"])))
             if len(r["seconds_per_repeat"]) > 1:
                 print("  each repeat, in core and out of core back to back: " +
                       ", ".join(f"{a:.2f} / {b:.2f} s = {b / a:.3f}" for a, b in r["seconds_per_repeat"]) +
@@ -1166,8 +1167,32 @@ def _stage_cpu(stage_cpu: dict, seconds: dict, threads: int, switches: dict) -> 
         secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
         busy = f"{100 * cpu / (secs * threads):.0f}% of {threads} cores, " if secs > 0 else ""
         n = switches[stage]
-        parts.append(f"{stage} {cpu:.2f} s ({busy}{f'{n / 1e3:.1f}k' if n >= 10_000 else n} context switches)")
+        parts.append(f"{stage} {cpu:.2f} s ({busy}{_count(n)} context switches)")
     return "CPU (all threads): " + ", ".join(parts)
+
+
+def _stage_device(device: str, stage_device: dict, seconds: dict, store_bytes: tuple[int, int]) -> str:
+    """'device vda (its own counters, /proc/diskstats): sort 0.86 GB in 6.1k reads, 0.81 GB in
+    5.0k writes, busy 93%; ...': what reached the disk in each stage, in how many requests,
+    and the share of the stage's wall time the device had a request in flight (near 100%:
+    the stage waits on the disk); then the step's bytes as the store counted them (read,
+    written) against the device's: no fewer reach the device unless a cache absorbed them."""
+    if not device:
+        return "device: none to measure (the scratch has no block device: in RAM or anonymous)"
+    parts = []
+    for stage, d in stage_device.items():
+        secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        busy = f", busy {100 * d['busy_seconds'] / secs:.0f}%" if secs > 0 else ""
+        parts.append(f"{stage} {d['read_bytes'] / 1e9:.2f} GB in {_count(d['reads'])} reads, "
+                     f"{d['write_bytes'] / 1e9:.2f} GB in {_count(d['writes'])} writes{busy}")
+    read, written = (sum(d[k] for d in stage_device.values()) for k in ("read_bytes", "write_bytes"))
+    return (f"device {device} (its own counters, the whole disk's): " + "; ".join(parts) +
+            f"; the step: the store moved {store_bytes[0] / 1e9:.2f} GB read, {store_bytes[1] / 1e9:.2f} GB written, "
+            f"the device {read / 1e9:.2f} GB, {written / 1e9:.2f} GB")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e3:.1f}k" if n >= 10_000 else str(n)
 
 
 def _print_files(out: str) -> None:

@@ -69,6 +69,7 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
+from gravpipe.block_device import BlockDevice, DeviceCounters
 from gravpipe.errors import MemoryBudgetError, MemoryBudgetWarning
 from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget, page_count, parse_byte_size
 from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats,
@@ -164,22 +165,34 @@ class StepTimes:
     #: wake, so this counts the I/O's cost on the cores without the host's noise in it
     #: (N = 1e7 at 1/10: ~4x as many on a virtual disk as with the scratch in RAM)
     stage_switches: dict = field(default_factory=dict)
+    #: stage -> the scratch's block device's own counters over the same spans
+    #: (block_device.DeviceCounters.as_dict(): requests, bytes, busy seconds, from
+    #: /proc/diskstats, the whole device's); empty where the scratch has no block device
+    #: (tmpfs) to measure
+    stage_device: dict = field(default_factory=dict)
+    device: str = ""            # the block device measured, e.g. "vda"; "" when none
     #: the store's stats() where the last stage ended: each stage's traffic runs from there to
     #: its own end, so that a load the read-ahead thread finishes between stages counts too
     _mark: dict | None = field(default=None, repr=False, compare=False)
     _cpu_mark: float = field(default=0.0, repr=False, compare=False)
     _switch_mark: int = field(default=0, repr=False, compare=False)
+    _device: BlockDevice | None = field(default=None, repr=False, compare=False)
+    _device_mark: DeviceCounters | None = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> float:
         return self.kick_drift + self.sort + self.build + self.moments + self.walk_forces
 
-    def start_traffic(self, stats: dict) -> None:
-        """The store's ``stats()`` where the first stage starts (unless one already did)."""
+    def start_traffic(self, stats: dict, device: BlockDevice | None = None) -> None:
+        """The store's ``stats()`` where the first stage starts (unless one already did), and
+        the scratch's block device (None: nothing to measure) whose counters the stages add."""
         if self._mark is None:
             self._mark = stats
             self._cpu_mark = time.process_time()
             self._switch_mark = _context_switches()
+            if device is not None:
+                self._device, self.device = device, device.name
+                self._device_mark = device.counters()
 
     def add_stage_bytes(self, stage: str, after: dict, cells: tuple[int, int] = (0, 0)) -> None:
         """Add to ``stage_bytes[stage]`` the particle store's traffic from the last stage's end
@@ -195,6 +208,13 @@ class StepTimes:
         switches = _context_switches()
         self.stage_switches[stage] = self.stage_switches.get(stage, 0) + switches - self._switch_mark
         self._switch_mark = switches
+        if self._device is not None:
+            now = self._device.counters()
+            used = (now - self._device_mark).as_dict()
+            self._device_mark = now
+            had = self.stage_device.setdefault(stage, dict.fromkeys(used, 0))
+            for k, v in used.items():
+                had[k] += v
 
 
 @dataclass(frozen=True)
@@ -368,6 +388,9 @@ class OutOfCore:
         self.store = ParticleStore(scratch, self.n, self.plan.budget, page_bytes=page, extra_fields=OOC_FIELDS,
                                    cache_bytes=self.plan.cache, eviction=eviction, io=io, read_ahead=read_ahead,
                                    threads=self.threads)
+        #: the scratch's block device, whose own counters each step's stages report
+        #: (StepTimes.stage_device); None for a scratch in RAM or with no device to measure
+        self.scratch_device = None if self.store.in_memory else BlockDevice.of_path(scratch)
         self._tree: object | None = None
         self._sorted = False
         self._have_forces = False
@@ -572,7 +595,7 @@ class OutOfCore:
         the store's ``acc`` and ``pot``. Returns the stages' times and page traffic."""
         st = StepTimes()
         before = self.store.stats()
-        st.start_traffic(before)
+        st.start_traffic(before, self.scratch_device)
         t0 = time.perf_counter()
         if not self._sorted:
             st.sort_detail = self.sort()
@@ -594,7 +617,7 @@ class OutOfCore:
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
         self._presorted = None
         run = self._presort_run() if presort and closing_kick is not None and self._bounds is not None else 0
-        st.start_traffic(self.store.stats())
+        st.start_traffic(self.store.stats(), self.scratch_device)
         keep_free = tree_keep_free(self.n, self.threads) + (int(_core.sort_run_writer_bytes(run)) if run else 0)
         # the cells the sort built, unless the store was written since
         built, self._built = self._built, None
@@ -639,7 +662,7 @@ class OutOfCore:
             _core.store_check_forces(self.store._core, KICK_BLOCK, self.t)
         st = StepTimes()
         before = self.store.stats()
-        st.start_traffic(before)
+        st.start_traffic(before, self.scratch_device)
         h = 0.5 * dt
         origin = self._position_bounds()  # the drift's start: the step's frame follows
         predicted, self._next_bounds = self._next_bounds, None

@@ -174,6 +174,7 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "stage_bytes": {k: list(v) for k, v in st.stage_bytes.items()},
                            "stage_cpu_seconds": dict(st.stage_cpu),
                            "stage_context_switches": dict(st.stage_switches),
+                           "device": st.device, "stage_device": {k: dict(v) for k, v in st.stage_device.items()},
                            "interactions": int(ts.pp_interactions + ts.pc_interactions),
                            "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
