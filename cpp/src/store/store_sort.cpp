@@ -9,6 +9,7 @@
 #include <future>
 #include <numeric>
 #include <queue>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -494,7 +495,9 @@ struct PermuteSizes {
 /// Every carried field from the runs (twins) into curve order, a set of columns that share
 /// their pages at a time, in chunks of whole pages (up to ~kPermuteMaxValues / (the set's
 /// columns) particles, within the sort's buffer): the twin pages of each run's slice of the
-/// chunk loaded together (BatchedLoads), every column of the set read from them, and the
+/// chunk loaded together (BatchedLoads) on a loading thread while the chunk before is
+/// gathered (N = 1e7 at 1/10 on the scratch disk, alternating steps: permute median 0.935 ->
+/// 0.874 s), every column of the set read from them, and the
 /// chunk's whole output pages laid out and written straight to the file together
 /// (ParticleStore::write_through) by a second thread while the next chunk loads, so that
 /// the device has reads and writes in flight at once. Before, the read-ahead workers loaded
@@ -512,10 +515,15 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
   s.discard_fields(c.carried);  // the twins hold every value now
   const std::int64_t values = sizes.values, pages = sizes.pages;
   const auto chunk_of = [&sizes](const std::vector<CarriedColumn>& set) { return sizes.chunk(set); };
-  BatchedLoads loads(s, io);
+  // the next chunk's pages load on a thread of their own (its own AIO context) while this
+  // chunk is gathered and laid out, so that the device is not idle between the chunks' loads
+  BatchedPageIo ahead_io(s.file(), kWriteThroughDepth);
+  BatchedLoads loads(s, ahead_io);
+  std::future<void> loading;  // the next chunk's loads (its future waits for them if we throw)
   BatchedPageIo write_io(s.file(), kWriteThroughDepth);  // the writing thread's
   AlignedBuffer staging(static_cast<std::size_t>(pages) * s.page_bytes());
-  std::vector<std::int64_t> slices(static_cast<std::size_t>(values)), cursor(k_runs), count(k_runs), at(k_runs);
+  std::vector<std::int64_t> slices(static_cast<std::size_t>(values)), cursor(k_runs), count(k_runs), count_next(k_runs),
+      at(k_runs);
   AlignedColumn out[2] = {AlignedColumn(static_cast<std::size_t>(values)), AlignedColumn(static_cast<std::size_t>(values))};
   std::vector<std::int32_t> source(static_cast<std::size_t>(values));  // where each output value lies in the slices
   AlignedColumn keys[2];       // the chunks' keys, for an observer
@@ -531,15 +539,36 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
     const bool observe = c.observer != nullptr && !observed && body[0] >= 0 && c.observer->wants_bodies();
     if (observe) keys[0].resize(static_cast<std::size_t>(chunk)), keys[1].resize(static_cast<std::size_t>(chunk));
     std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
+    // the twin pages (and keys) of chunk [k0, k0 + m) whose runs' slices start at `from_run`,
+    // loaded on the loading thread: `counts` its slices' lengths
+    // (what it uses is captured by value or outlives `loading`, which waits for it on unwinding)
+    const auto load_chunk = [&loads, k_runs, observe, twin = sort_twin(set.front().first),
+                             comp = set.front().second](std::int64_t k0, std::int64_t m, std::vector<std::int64_t> from_run,
+                                                        std::vector<std::int64_t> counts) {
+      return std::async(std::launch::async, [&loads, k_runs, observe, twin, comp, k0, m, from_run = std::move(from_run),
+                                             counts = std::move(counts)] {
+        // the columns of a set share their pages: the first one's are every one's
+        for (std::size_t r = 0; r < k_runs; ++r) loads.ask(twin, comp, from_run[r], counts[r]);
+        if (observe) loads.ask("key", 0, k0, m);
+        loads.flush();
+      });
+    };
+    const auto count_chunk = [&](std::int64_t k0, std::int64_t m, std::vector<std::int64_t>& counts) {
+      std::fill(counts.begin(), counts.end(), 0);
+      for (std::int64_t k = 0; k < m; ++k) ++counts[from[k0 + k]];
+    };
+    count_chunk(0, std::min(chunk, n), count);
+    loading = load_chunk(0, std::min(chunk, n), cursor, count);
     for (std::int64_t k0 = 0; k0 < n; k0 += chunk, half ^= 1) {
       const std::int64_t m = std::min(chunk, n - k0);
-      std::fill(count.begin(), count.end(), 0);
-      for (std::int64_t k = 0; k < m; ++k) ++count[from[k0 + k]];
-      // the columns of a set share their pages: the first one's are every one's
-      for (std::size_t r = 0; r < k_runs; ++r)
-        loads.ask(sort_twin(set.front().first), set.front().second, cursor[r], count[r]);
-      if (observe) loads.ask("key", 0, k0, m);
-      loads.flush();
+      loading.get();  // this chunk's pages (rethrows the loads' error)
+      if (k0 + chunk < n) {  // the next chunk's, while this one is gathered
+        const std::int64_t m_next = std::min(chunk, n - k0 - chunk);
+        std::vector<std::int64_t> cursor_next(k_runs);
+        count_chunk(k0 + chunk, m_next, count_next);
+        for (std::size_t r = 0; r < k_runs; ++r) cursor_next[r] = cursor[r] + count[r];
+        loading = load_chunk(k0 + chunk, m_next, std::move(cursor_next), count_next);
+      }
       if (observe) s.read_column("key", 0, k0, m, keys[half].data(), kReadAhead);
       std::int64_t off = 0;
       for (std::size_t r = 0; r < k_runs; ++r) {
@@ -552,6 +581,7 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
         for (const std::string& f : fields) s.cool(sort_twin(f), cursor[r], cursor[r] + count[r]);
         off += count[r], cursor[r] += count[r];
       }
+      std::swap(count, count_next);  // the next chunk's (only the loop's next turn reads it)
       for (std::int64_t k = 0; k < m; ++k) source[k] = static_cast<std::int32_t>(at[from[k0 + k]]++);
       std::int64_t* o = out[half].data();  // the write two chunks back used it, and is done
       for (std::int64_t q = 0; q < width; ++q)
