@@ -1173,18 +1173,22 @@ def _stage_cpu(stage_cpu: dict, seconds: dict, threads: int, switches: dict) -> 
 
 def _stage_device(device: str, stage_device: dict, seconds: dict, store_bytes: tuple[int, int]) -> str:
     """'device vda (its own counters, /proc/diskstats): sort 0.86 GB in 6.1k reads, 0.81 GB in
-    5.0k writes, busy 93%; ...': what reached the disk in each stage, in how many requests,
-    and the share of the stage's wall time the device had a request in flight (near 100%:
-    the stage waits on the disk); then the step's bytes as the store counted them (read,
-    written) against the device's: no fewer reach the device unless a cache absorbed them."""
+    5.0k writes, 1.5 GB/s, busy 64%; ...': what reached the disk in each stage, in how many
+    requests, the bytes both ways over the stage's wall time (set it against what the disk
+    can do, e.g. `gravpipe bench storage`), and the share of that time the device had a
+    request in flight (a device that serves requests in parallel can be short of its
+    bandwidth at 100%, so busy is not saturation); then the step's bytes as the store
+    counted them (read, written) against the device's: no fewer reach the device unless a
+    cache absorbed them."""
     if not device:
         return "device: none to measure (the scratch has no block device: in RAM or anonymous)"
     parts = []
     for stage, d in stage_device.items():
         secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        rate = f", {(d['read_bytes'] + d['write_bytes']) / secs / 1e9:.2f} GB/s" if secs > 0 else ""
         busy = f", busy {100 * d['busy_seconds'] / secs:.0f}%" if secs > 0 else ""
         parts.append(f"{stage} {d['read_bytes'] / 1e9:.2f} GB in {_count(d['reads'])} reads, "
-                     f"{d['write_bytes'] / 1e9:.2f} GB in {_count(d['writes'])} writes{busy}")
+                     f"{d['write_bytes'] / 1e9:.2f} GB in {_count(d['writes'])} writes{rate}{busy}")
     read, written = (sum(d[k] for d in stage_device.values()) for k in ("read_bytes", "write_bytes"))
     return (f"device {device} (its own counters, the whole disk's): " + "; ".join(parts) +
             f"; the step: the store moved {store_bytes[0] / 1e9:.2f} GB read, {store_bytes[1] / 1e9:.2f} GB written, "
