@@ -87,11 +87,17 @@ def swap(n: int, scratch: str, page_sizes: list[int], fractions: list[float], *,
                              "cache_bytes": o.store.frames * page, "budget_bytes": budget,
                              "data_bytes": data, "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
                              "bytes_swapped": st.bytes_read + st.bytes_written, "seconds_step": st.total,
-                             "stages": _stages(st)})
+                             "stages": _stages(st), **_device(st)})
             if progress:
                 r = rows[-1]
                 progress(f"  read {r['bytes_read']} B, written {r['bytes_written']} B, {r['seconds_step']:.2f} s")
     return rows
+
+
+def _device(st) -> dict:
+    """The scratch disk's own counters of a step's stages (StepTimes.stage_device; empty,
+    with device "", for a scratch that has no block device to measure)."""
+    return {"device": st.device, "stage_device": {k: dict(v) for k, v in st.stage_device.items()}}
 
 
 def _stages(st) -> dict:
@@ -174,7 +180,7 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "stage_bytes": {k: list(v) for k, v in st.stage_bytes.items()},
                            "stage_cpu_seconds": dict(st.stage_cpu),
                            "stage_context_switches": dict(st.stage_switches),
-                           "device": st.device, "stage_device": {k: dict(v) for k, v in st.stage_device.items()},
+                           **_device(st),
                            "interactions": int(ts.pp_interactions + ts.pc_interactions),
                            "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
@@ -247,7 +253,7 @@ def demo(path: str, scratch: str, budget: str, *, eps: float = 1e-3, dt: float =
                "budget_peak_bytes": int(o.store._core.budget_peak), "cells": int(ts.nodes),
                "pp_per_body": ts.pp_per_body, "pc_per_body": ts.pc_per_body,
                "interactions_per_body": ts.pp_per_body + ts.pc_per_body, "mac_per_body": ts.mac_per_body,
-               "stall_seconds": float(s["stall_seconds"])}
+               "stall_seconds": float(s["stall_seconds"]), **_device(st)}
         if sample > 0:
             t1 = time.perf_counter()
             row["errors"] = direct_errors(o, sample)
