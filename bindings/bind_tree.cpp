@@ -300,6 +300,8 @@ void bind_tree(nb::module_& m) {
           "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None).")
       .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
+      .def_prop_ro("copy_peak_bytes", [](const PagedTreeBox& t) { return t.get().copy_peak_bytes(); },
+                   "the most bytes one thread's copied particle blocks held at once in the last walk")
       .def("cell_counters", [](const PagedTreeBox& t) { return bindings::counters_dict(t.get().cell_counters()); })
       .def_prop_rw(
           "prefetch_runs", [](const PagedTreeBox& t) { return t.get().prefetch_runs(); },
@@ -308,6 +310,8 @@ void bind_tree(nb::module_& m) {
           "when the scratch file is in memory (tmpfs: no latency to hide).")
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
       .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
+  m.def("paged_tree_copy_allowance", &PagedTree::copy_allowance, nb::arg("n_crit"), nb::arg("n_leaf"),
+        "bytes of particle blocks one thread holds copied out of the pages at most (the budget plans them)");
   m.def("paged_tree_least_bytes", &PagedTree::least_bytes, nb::arg("cells"), nb::arg("groups"),
         nb::arg("page_bytes"), nb::arg("threads"));
 

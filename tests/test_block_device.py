@@ -2,13 +2,15 @@
 what the store says it moved must have reached the disk."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
 
 import gravpipe as gp
 from gravpipe.block_device import SECTOR_BYTES, BlockDevice, DeviceCounters, parse_diskstats
-from gravpipe.ooc import OutOfCore
+from gravpipe.errors import MemoryBudgetError, MemoryBudgetWarning
+from gravpipe.ooc import OutOfCore, plan_budget
 
 # two lines as a 5.x / 6.x kernel writes them: the old 14 fields and the newer 20
 SAMPLE = """\
@@ -45,15 +47,21 @@ def test_a_folder_in_ram_has_no_device_to_measure():
 
 
 def test_the_step_reports_what_reached_the_disk(tmp_path):
-    """An out-of-core step with a budget that pages (N = 30000, 16 MiB): each stage that moved
+    """An out-of-core step at the least budget, so that it pages (N = 30000): each stage that moved
     pages has the device's counters beside its bytes, and the device saw at least every byte
     the store says it read and wrote (the device's counters are the whole disk's, so others'
     I/O can only add): with direct I/O no buffer cache absorbs the traffic."""
     dev = BlockDevice.of_path(tmp_path)
     if dev is None:
         pytest.skip(f"{tmp_path} has no block device to measure (tmpfs, overlay, ...)")
-    p = gp.ic.plummer(30000, seed=3)
-    with OutOfCore.from_particles(p, tmp_path, "16MiB", eps=1e-2, threads=2) as o:
+    n, page = 30000, 4096
+    p = gp.ic.plummer(n, seed=3)
+    with pytest.raises(MemoryBudgetError) as e:
+        plan_budget(n, 1 << 16, page, 2, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MemoryBudgetWarning)  # the least budget: the walk's cache is thin
+        o = OutOfCore.from_particles(p, tmp_path, int(e.value.least_budget), eps=1e-2, threads=2, page_bytes=page)
+    with o:
         if o.store.io_mode != "direct":
             pytest.skip(f"the scratch is buffered here ({o.store.io_detail}): its reads may be the kernel's cache")
         assert o.scratch_device == dev

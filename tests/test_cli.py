@@ -57,7 +57,7 @@ def test_bench_ooc_swap_and_demo_from_the_command_line(tmp_path):
     ic = tmp_path / "ic.h5"
     assert gravpipe("ic", "plummer", "-n", "20000", "--seed", "2", "-o", ic).returncode == 0
     out = tmp_path / "demo.json"
-    r = gravpipe("bench", "ooc", "demo", "--file", ic, "--memory-budget", "16MiB", "--sample", "50",
+    r = gravpipe("bench", "ooc", "demo", "--file", ic, "--memory-budget", "6MiB", "--sample", "50",
                  "--scratch", tmp_path, "--json", out, timeout=300)
     assert r.returncode == 0, r.stderr
     demo = json.loads(out.read_text())["demo"]

@@ -102,9 +102,6 @@ CELLS_PER_PARTICLE_AT_16 = 0.4
 GROUPS_PER_PARTICLE_AT_256 = 1 / 48
 #: particles per block of the leapfrog's kick and drift passes
 KICK_BLOCK = 1 << 16
-#: bytes a thread may hold in particle blocks copied out of the pages (those that straddle a
-#: page, or come when its share of pinned frames is full): a run's worth, with room to spare
-COPY_ALLOWANCE = 4 << 20
 #: particles of a run the walk makes for the next sort (walk_runs.hpp): ~4 MB of the budget
 PRESORT_RUN = 1 << 15
 
@@ -123,10 +120,19 @@ def walk_least_cache(n: int, page_bytes: int, threads: int) -> int:
     return min(WALK_CACHE_PER_THREAD * (threads + 1), 4 * column_pages * page_bytes)
 
 
-def tree_keep_free(n: int, threads: int) -> int:
+def copy_allowance(n_crit: int = DEFAULT_N_CRIT, n_leaf: int = DEFAULT_N_LEAF) -> int:
+    """Bytes of particle blocks one thread holds copied out of the pages at most (those that
+    straddle a page, or come when its share of pinned frames is full): its run's sinks and
+    the one source piece it is gathering, ~96 KiB at the defaults (PagedTree::copy_allowance;
+    until session 25 the walk kept every copy of a run to its end and 4 MiB a thread were
+    planned without a bound)."""
+    return int(_core.paged_tree_copy_allowance(int(n_crit), int(n_leaf)))
+
+
+def tree_keep_free(n: int, threads: int, n_crit: int = DEFAULT_N_CRIT, n_leaf: int = DEFAULT_N_LEAF) -> int:
     """Bytes the tree's cell cache leaves to the walk's other charges: the threads' copied
     particle blocks and the prefetch's table of runs (24 bytes a run of ~2048 particles)."""
-    return threads * COPY_ALLOWANCE + 24 * (n // 1024 + 1) + (1 << 20)
+    return threads * copy_allowance(n_crit, n_leaf) + 24 * (n // 1024 + 1) + (1 << 20)
 
 
 def _context_switches() -> int:
@@ -258,7 +264,7 @@ def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: in
     tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
     blocks = block_allowance()
     least_sort = int(_core.least_sort_buffer(n)) + 2 * n
-    least_headroom = max(tree_least + tree_keep_free(n, threads), least_sort) + blocks
+    least_headroom = max(tree_least + tree_keep_free(n, threads, n_crit, n_leaf), least_sort) + blocks
     return _LeastBudget(least_store + least_headroom, least_store, _tables(n, page_bytes), tree_least, groups,
                         least_sort, blocks)
 
@@ -295,7 +301,7 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
             f"page tables and the fewest frames take {format_bytes(lb.store)}, the tree's fewest cell frames "
             f"and its groups (~{lb.groups} planned) {format_bytes(lb.tree)}, the sort "
             f"{format_bytes(lb.sort)} (these two use the same room in turn), and the fixed allowances for the kick passes' blocks and "
-            f"the threads' copied particle blocks {format_bytes(lb.blocks + tree_keep_free(n, threads))}; the least "
+            f"the threads' copied particle blocks {format_bytes(lb.blocks + tree_keep_free(n, threads, n_crit, n_leaf))}; the least "
             f"budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
     least_frames = lb.store - tables
     spare = memory_budget - least
@@ -618,7 +624,8 @@ class OutOfCore:
         self._presorted = None
         run = self._presort_run() if presort and closing_kick is not None and self._bounds is not None else 0
         st.start_traffic(self.store.stats(), self.scratch_device)
-        keep_free = tree_keep_free(self.n, self.threads) + (int(_core.sort_run_writer_bytes(run)) if run else 0)
+        keep_free = tree_keep_free(self.n, self.threads, p["n_crit"], p["n_leaf"]) + \
+            (int(_core.sort_run_writer_bytes(run)) if run else 0)
         # the cells the sort built, unless the store was written since
         built, self._built = self._built, None
         if built is not None and built[1] != dict(self.store.writes):
@@ -708,7 +715,7 @@ class OutOfCore:
         self._tree = None  # the run's cells go back to the budget first
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], float(theta), p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], precision, p["local_expansion"], p["isa"],
-                               tree_keep_free(self.n, self.threads))
+                               tree_keep_free(self.n, self.threads, p["n_crit"], p["n_leaf"]))
         tree.self_forces(acc_field="", pot_field="pot_check")
         del tree
         return time.perf_counter() - t0

@@ -49,6 +49,13 @@ class PagedParticles {
   ParticleBlock block(std::int64_t b, std::int64_t e) const;
   /// Unpin and free every block handed to the calling thread.
   void release_thread() const;
+  /// The calling thread is done with `block`, the latest it was handed: a copied block is
+  /// freed (and its charge given back) here; a block served from pinned frames stays until
+  /// release_thread(), its pins being the lease's bounded share of frames. Copies thus held
+  /// at once are the run's sinks block and the one block being read.
+  void done_with(const ParticleBlock& block) const;
+  /// The most bytes any one thread's copies held at once, since construction.
+  std::uint64_t peak_bytes_held() const;
   /// Free every thread's blocks (no block may be in use: between evaluations).
   void release();
   /// Bytes held by copied blocks (charged to the store's budget); pinned frames are the

@@ -77,6 +77,16 @@ class PagedTree {
   /// The least bytes the tree charges beyond the store's: the cells' fewest frames (and
   /// their page tables for `cells` cells) and `groups` groups.
   static std::uint64_t least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads);
+  /// The most bytes one thread holds in particle blocks copied out of the pages (blocks that
+  /// straddle a page, or come when its share of pinned frames is full), for groups of up to
+  /// `n_crit` and leaves of up to `n_leaf` particles: the walk holds its run's sinks block
+  /// (at most max(2048, n_crit) particles) and the one source piece being gathered (1024),
+  /// the moments one leaf at a time; 32 bytes a particle (x, y, z, m). A leaf that cannot be
+  /// split (particles closer than the curve's finest cell) may ask for more: the budget then
+  /// refuses it by name.
+  static std::uint64_t copy_allowance(std::int64_t n_crit, std::int64_t n_leaf);
+  /// The most bytes one thread's copied blocks held at once in the last self_forces().
+  std::uint64_t copy_peak_bytes() const { return copy_peak_bytes_; }
 
  private:
   struct Unbuilt {};
@@ -100,6 +110,7 @@ class PagedTree {
   Reservation groups_charge_;
   std::vector<Group> groups_;
   TreeStats stats_;
+  std::uint64_t copy_peak_bytes_ = 0;
 };
 
 }  // namespace gravpipe

@@ -6,8 +6,12 @@
 //   std::size_t size() const;                                   particles, in curve order
 //   ParticleBlock block(std::int64_t b, std::int64_t e) const;  particles [b, e)
 //   void release_thread() const;      the calling thread is done with its blocks
+//   void done_with(const ParticleBlock&) const;  ... and with this one, its latest block
 // where a block stays valid until the thread that asked for it calls release_thread() (or
-// the evaluation ends), and block() may be called from many threads at once. The tree calls
+// the evaluation ends), or done_with() of it, and block() may be called from many threads at
+// once. done_with() is for blocks read once and at once (a list's sources as they are
+// gathered, a leaf as its moments are summed): an accessor that copied the block frees the
+// copy there, so that what a thread holds in copies is one such block, not all of a run's. The tree calls
 // release_thread() where none of the thread's blocks is live any more (after each run of
 // groups, after each chunk of leaf moments), so that an accessor that holds pages or copies
 // for its blocks holds a run's worth, not the whole walk's. The tree asks for whole cells and
@@ -38,6 +42,8 @@ class ParticleBlock {
   double y(std::int64_t k) const { return y_[k - begin_]; }
   double z(std::int64_t k) const { return z_[k - begin_]; }
   double m(std::int64_t k) const { return m_[k - begin_]; }
+  /// Where particle begin()'s x lies (which memory serves the block).
+  const double* x_data() const { return x_; }
 
  private:
   const double *x_, *y_, *z_, *m_;
@@ -56,6 +62,7 @@ class InCoreParticles {
     return {x_.data() + b, y_.data() + b, z_.data() + b, m_.data() + b, b, e};
   }
   void release_thread() const {}  // the arrays outlive every block
+  void done_with(const ParticleBlock&) const {}
 
  private:
   Span<const double> x_, y_, z_, m_;

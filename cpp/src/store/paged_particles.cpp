@@ -24,7 +24,7 @@ struct PagedParticles::Lease {
   };
   std::vector<Pinned> pinned;
   std::vector<Copy> copies;
-  std::uint64_t bytes = 0, n_pinned = 0, n_copied = 0;
+  std::uint64_t bytes = 0, n_pinned = 0, n_copied = 0, peak_bytes = 0;
   void clear() {
     pinned.clear();
     copies.clear();
@@ -85,6 +85,7 @@ ParticleBlock PagedParticles::copy_block(Lease& l, std::int64_t b, std::int64_t 
   store_.read_component(mass_, 0, b, n, p + 3 * n, read_ahead_);
   l.copies.push_back(std::move(copy));
   l.bytes += bytes;
+  l.peak_bytes = std::max(l.peak_bytes, l.bytes);
   ++l.n_copied;
   return {p, p + n, p + 2 * n, p + 3 * n, b, e};  // the heap block does not move with the vector
 }
@@ -127,6 +128,21 @@ ParticleBlock PagedParticles::block(std::int64_t b, std::int64_t e) const {
 }
 
 void PagedParticles::release_thread() const { lease().clear(); }
+
+void PagedParticles::done_with(const ParticleBlock& block) const {
+  Lease& l = lease();
+  if (l.copies.empty() || block.begin() == block.end()) return;
+  Lease::Copy& last = l.copies.back();
+  if (block.x_data() != last.xyzm.get()) return;  // pinned, or not the latest copy
+  l.bytes -= static_cast<std::uint64_t>(4 * (block.end() - block.begin())) * sizeof(double);
+  l.copies.pop_back();  // frees the copy and gives its charge back
+}
+
+std::uint64_t PagedParticles::peak_bytes_held() const {
+  std::uint64_t most = 0;
+  for (const auto& l : leases_) most = std::max(most, l->peak_bytes);
+  return most;
+}
 
 void PagedParticles::release() {
   for (auto& l : leases_) l->clear();

@@ -117,6 +117,11 @@ void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {
                                         threads_, store_.budget());
 }
 
+std::uint64_t PagedTree::copy_allowance(std::int64_t n_crit, std::int64_t n_leaf) {
+  const std::int64_t held = std::max({kRunParticles, n_crit, n_leaf}) + kSourcePiece;
+  return static_cast<std::uint64_t>(held) * 4 * sizeof(double);
+}
+
 void PagedTree::set_prefetch_runs(int runs) {
   if (runs < 0) throw InputError("out-of-core tree: prefetch_runs must be >= 0, got " + std::to_string(runs));
   prefetch_runs_ = runs;
@@ -149,6 +154,7 @@ void PagedTree::self_forces(const std::string& acc_field, const std::string& pot
   const GroupEvaluation<PagedParticles, PagedParticles, StoreResults, PagedCells> e{
       *cells_, params_, isa_, particles, particles, {}, results, true};
   const GroupWork work = evaluate_groups(e, groups_, threads_);
+  copy_peak_bytes_ = particles.peak_bytes_held();
   const double wall = seconds_since(t_start);
   const double busy = work.seconds_walk + work.seconds_evaluate, scale = busy > 0 ? wall / busy : 0.0;
   stats_.n_i = static_cast<std::uint64_t>(store_.size());

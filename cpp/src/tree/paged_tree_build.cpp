@@ -109,7 +109,9 @@ class SubtreeBuild {
     std::int32_t first_child = -1;
     int n_children = 0;
     if (!split) {
-      m = leaf_moments(particles_.block(b, e), b, e);
+      const ParticleBlock leaf = particles_.block(b, e);
+      m = leaf_moments(leaf, b, e);
+      particles_.done_with(leaf);
       if (++leaves_ % kLeavesPerRelease == 0) particles_.release_thread();
     } else {
       std::array<Range, 8> kids;
@@ -337,7 +339,9 @@ void build_paged_tree(ParticleStore& store, const PagedTreeShape& shape, const P
       continue;  // its record is the task's
     }
     if (!c.split) {
-      moments[id] = leaf_moments(particles.block(c.b, c.e), c.b, c.e);
+      const ParticleBlock leaf = particles.block(c.b, c.e);
+      moments[id] = leaf_moments(leaf, c.b, c.e);
+      particles.done_with(leaf);
     } else {
       CellMoments km[8];
       for (int q = 0; q < c.n_children; ++q) km[q] = moments[static_cast<std::size_t>(c.kids[static_cast<std::size_t>(q)])];

@@ -1,11 +1,14 @@
 // Evaluation of one group's interaction list: gather the list into contiguous arrays
 // (the "j-particle write" of the GRAPE treecode: cells and particles become pseudo
 // particles of one stream), then run the list kernel of the chosen instruction set.
+#include <algorithm>
+
 #include "gravpipe/error.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
 #include "tree_kernel.hpp"
+#include "tree_runs.hpp"
 
 namespace gravpipe {
 
@@ -16,6 +19,18 @@ void put_particles(ListParticle<T>* out, const ParticleBlock& p, const double o[
   for (std::int64_t k = p.begin(); k < p.end(); ++k, ++out)
     *out = {static_cast<T>(p.x(k) - o[0]), static_cast<T>(p.y(k) - o[1]),
             static_cast<T>(p.z(k) - o[2]), static_cast<T>(p.m(k))};
+}
+
+/// Particles [b, e) of `p` to out[0, e - b), as put_particles, in pieces of kSourcePiece,
+/// each handed back at once: a paged accessor then holds one piece's copy at a time (32 KiB
+/// at most), not the copies of every range of a run's lists (PagedTree::copy_allowance).
+template <class T, class Particles>
+void put_range(ListParticle<T>* out, const Particles& p, std::int64_t b, std::int64_t e, const double o[3]) {
+  for (std::int64_t s = b; s < e; s += kSourcePiece) {
+    const ParticleBlock piece = p.block(s, std::min(e, s + kSourcePiece));
+    put_particles(out + (s - b), piece, o);
+    p.done_with(piece);
+  }
 }
 
 template <class T>
@@ -49,12 +64,12 @@ void gather_into(GatheredList& g, ListArrays<T>& a, const InteractionList& l, co
   std::size_t at = 0;
   for (const auto& [b, e] : l.ranges)
     if (meets(b, e)) {
-      put_particles(&a.p[at], p.block(b, e), o);
+      put_range(&a.p[at], p, b, e, o);
       for (std::int64_t k = b; k < e; ++k) g.pidx[at++] = k;
     }
   for (const auto& [b, e] : l.ranges)
     if (!meets(b, e)) {
-      put_particles(&a.p[at], p.block(b, e), o);
+      put_range(&a.p[at], p, b, e, o);
       at += static_cast<std::size_t>(e - b);
     }
   for (std::size_t k = 0; k < n_cells; ++k) {

@@ -74,8 +74,9 @@ void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad
         const std::int64_t c1 = std::min(hi, lo + (q + 1) * kMomentChunk);
         for (std::int64_t c = lo + q * kMomentChunk; c < c1; ++c) {
           if (t.is_leaf(c)) {
-            store(t, static_cast<std::size_t>(c), leaf_moments(p.block(t.begin[c], t.end[c]), t.begin[c], t.end[c]),
-                  theta);
+            const ParticleBlock leaf = p.block(t.begin[c], t.end[c]);
+            store(t, static_cast<std::size_t>(c), leaf_moments(leaf, t.begin[c], t.end[c]), theta);
+            p.done_with(leaf);
           } else {
             cell_from_children(t, c, theta);
           }

@@ -27,10 +27,6 @@ namespace gravpipe {
 
 namespace {
 
-/// At most this many i-particles a run (make_runs): with the local expansion; 1024 / 4096 /
-/// 8192 slower.
-constexpr std::int64_t kRunParticles = 2048;
-
 /// Thread-private scratch of the group loop, reused from run to run.
 struct GroupScratch {
   LocalExpansion local;

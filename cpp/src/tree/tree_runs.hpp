@@ -12,6 +12,13 @@
 
 namespace gravpipe {
 
+/// At most this many i-particles a run (make_runs), unless one group has more: with the
+/// local expansion; 1024 / 4096 / 8192 slower.
+inline constexpr std::int64_t kRunParticles = 2048;
+/// A list's source particles are read in pieces of at most this many (tree_evaluate.cpp),
+/// each handed back (done_with) once gathered.
+inline constexpr std::int64_t kSourcePiece = 1024;
+
 /// Where an evaluation puts its results: arrays in the caller's order. Any other results
 /// type (store_results.hpp: pages of the store) has the same four members.
 struct CallerResults {

@@ -48,7 +48,7 @@ def _budget_for_cache(n: int, cache: int, page: int, threads: int, n_leaf: int =
     from gravpipe.ooc import CELLS_PER_PARTICLE_AT_16, DEFAULT_N_CRIT, _least_budget, tree_keep_free
     lb = _least_budget(n, page, threads, n_leaf, DEFAULT_N_CRIT, 4)
     nodes = int(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
-    cells = (128 + 72) * nodes + lb.tree + tree_keep_free(n, threads)
+    cells = (128 + 72) * nodes + lb.tree + tree_keep_free(n, threads, DEFAULT_N_CRIT, n_leaf)
     return lb.tables + max(cache, lb.store - lb.tables) + max(cells, lb.sort) + lb.blocks
 
 
