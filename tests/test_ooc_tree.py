@@ -354,10 +354,12 @@ def test_walk_prefetch_changes_no_bit_and_its_pages_are_used(tmp_path, threads):
     """The walk's prefetch (pages of each thread's next runs loaded ahead) moves I/O only:
     forces with it off, one run ahead and many runs ahead equal the in-core tree's bit for
     bit; with it on, the loads it made are counted as bytes read and most of them are used."""
+    import gravpipe.ooc as ooc_mod
     n = 20_000  # ten runs of groups; a cache that holds a few runs' pages, not the walk's 320
     p = gp.ic.plummer(n, seed=5)
     a0, pot0 = gp.Tree(p.pos, p.mass, eps=EPS, threads=threads).forces()
-    budget = _least(n, threads) + 320 * PAGE  # half of the spare to the particles' cache
+    # the spare beyond the sort's and cells' room goes half to the particles' cache
+    budget = _least(n, threads) + threads * ooc_mod.SORT_AND_CELLS_ROOM + 320 * PAGE
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE) as o:
         o.sort()
         q = o.params

@@ -269,6 +269,21 @@ def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: in
                         least_sort, blocks)
 
 
+#: bytes a thread of a budget's spare room (beyond the least) that go to the sort's buffer
+#: and the cells' cache before the particles' cache shares in it. N = 1e7 at 1/10, 2 threads,
+#: alternating fresh stores (benchmarks/ooc/copy_allowance_ab.py, session 25): the 7.8 MiB
+#: that bounding the copied blocks freed, given half to the particles' cache (+3.9 MiB, -4.1
+#: of sort buffer), read 5% fewer bytes and made the step 0.3 s slower (median 12.92 against
+#: 12.62 s; permute 1.08-1.12 against 0.90-0.99 s); kept for the sort and the cells it
+#: leaves the particles' cache as it was.
+SORT_AND_CELLS_ROOM = 4 << 20
+
+
+def _cache_share(spare: int, threads: int) -> int:
+    """The particles' cache's share (bytes) of a budget's spare room by default."""
+    return max(0, spare - threads * SORT_AND_CELLS_ROOM) // 2
+
+
 def walk_budget(n: int, page_bytes: int | None, threads: int, n_leaf: int, n_crit: int = 256,
                 read_ahead: int = 4) -> int:
     """The least budget (bytes) whose default split gives the particles' cache the walk's
@@ -278,7 +293,8 @@ def walk_budget(n: int, page_bytes: int | None, threads: int, n_leaf: int, n_cri
     for _ in range(8):  # the page size follows the budget; a few rounds settle it
         page = page_bytes or page_bytes_for_budget(max(budget, 1))
         lb = _least_budget(n, page, threads, n_leaf, n_crit, read_ahead)
-        want = lb.least + 2 * max(0, walk_least_cache(n, page, threads) - (lb.store - lb.tables))
+        short = walk_least_cache(n, page, threads) - (lb.store - lb.tables)
+        want = lb.least + (threads * SORT_AND_CELLS_ROOM + 2 * short if short > 0 else 0)
         if want <= budget:
             break
         budget = want
@@ -305,9 +321,10 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
             f"budget that works is {format_bytes(least)} ({least} bytes)", memory_budget, least)
     least_frames = lb.store - tables
     spare = memory_budget - least
-    # by default the particles' cache takes half of what the least needs leave; the other
-    # half widens the sort's buffer and the tree's cell cache
-    cache = least_frames + spare // 2
+    # by default the particles' cache takes half of what the least needs leave, once the
+    # sort's buffer and the tree's cell cache have had SORT_AND_CELLS_ROOM a thread of it;
+    # the other half widens those two as well
+    cache = least_frames + _cache_share(spare, threads)
     if cache_bytes is not None:
         if cache_bytes > least_frames + spare:
             raise MemoryBudgetError(

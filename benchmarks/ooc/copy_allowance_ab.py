@@ -1,0 +1,46 @@
+"""The budget's plan for the threads' copied particle blocks, A/B: 4 MiB a thread (the plan
+before session 25, when a walk kept every copy of a run) against the bound the walk now keeps
+(PagedTree::copy_allowance, ~96 KiB a thread), at the same budget (1/10 of the data): what the
+plan frees goes to the particles' and the cells' caches. A fresh store for each, alternating,
+so that the host's drift hits both alike. Prints each second step's line, then the medians.
+BENCHMARKS.md, session 25.
+
+    python benchmarks/ooc/copy_allowance_ab.py 1e7 /path/to/scratch 3
+"""
+import statistics
+import sys
+
+from step_report import budget, step_line, usage
+
+import gravpipe as gp
+import gravpipe.ooc as ooc
+from gravpipe.ooc import OutOfCore
+
+BOUNDED = ooc.copy_allowance
+
+
+def main() -> None:
+    n, scratch = int(float(sys.argv[1])), sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    p = gp.ic.plummer(n, seed=1)
+    plans = {"4 MiB a thread": lambda *limits: 4 << 20, "bounded": BOUNDED}
+    steps: dict[str, list[float]] = {k: [] for k in plans}
+    for _ in range(rounds):
+        for name, allowance in plans.items():
+            ooc.copy_allowance = allowance
+            with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=2) as o:
+                o.forces()
+                o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
+                a, u0 = dict(o.store.stats()), usage()
+                st = o.step(1 / 128)
+                steps[name].append(st.total)
+                print(step_line(f"{name} (particle cache {o.plan.cache / 2**20:.1f} MiB)", st, a,
+                                dict(o.store.stats()), u0, usage()) + f", sort detail merge "
+                      f"{st.sort_detail['seconds_merge']:.2f} s, permute {st.sort_detail['seconds_permute']:.2f} s",
+                      flush=True)
+    for name in plans:
+        print(f"{name}: median step {statistics.median(steps[name]):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
