@@ -42,8 +42,10 @@ changes a bit of the result.
 The budget covers everything that grows with N: the page checksum tables, the page cache, the
 tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform cube
 at n_leaf = 16, themselves paged through a cache of their own: :class:`PagedTree`), its groups
-(88 bytes each), the sort buffer and the merge's run sources (2 bytes a particle). By default
-the particles' cache gets half of what the least needs leave, and the tree's cell cache what
+(88 bytes each), the sort buffer and the merge's run sources (2 bytes a particle), and each
+thread's particle blocks copied out of the pages (:func:`copy_allowance`, ~96 KiB). By default
+the particles' cache gets half of what the least needs leave beyond 4 MiB a thread kept for
+the sort's buffer and the cells (:data:`SORT_AND_CELLS_ROOM`), and the tree's cell cache what
 is left when the tree is built (the sort's buffer has gone back by then; a build riding on the
 sort holds the groups, the cells' fewest frames and a page of records a level beside the
 permute's buffers, and widens the cell cache when the sort ends). A budget that cannot
@@ -272,7 +274,7 @@ def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: in
 #: bytes a thread of a budget's spare room (beyond the least) that go to the sort's buffer
 #: and the cells' cache before the particles' cache shares in it. N = 1e7 at 1/10, 2 threads,
 #: alternating fresh stores (benchmarks/ooc/copy_allowance_ab.py, session 25): the 7.8 MiB
-#: that bounding the copied blocks freed, given half to the particles' cache (+3.9 MiB, -4.1
+#: that bounding the copied blocks freed, given half to the particles' cache (+3.9 MiB, -3.9
 #: of sort buffer), read 5% fewer bytes and made the step 0.3 s slower (median 12.92 against
 #: 12.62 s; permute 1.08-1.12 against 0.90-0.99 s); kept for the sort and the cells it
 #: leaves the particles' cache as it was.
