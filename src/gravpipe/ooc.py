@@ -238,12 +238,14 @@ class BudgetPlan:
     cache: int
 
 
-def block_allowance() -> int:
-    """Bytes of the separate kick and drift passes' blocks. The threads' copied particle
-    blocks live only in the walk, where :func:`tree_keep_free` holds them beside the tree;
-    counting them here as well reserved them twice (until session 24: 4 MiB a thread that
-    no phase used, taken from the particles' cache)."""
-    return 72 * KICK_BLOCK
+def block_allowance(n: int) -> int:
+    """Bytes of the separate kick and drift passes' blocks for n particles (72 bytes a
+    particle of a block of KICK_BLOCK, or of all n when fewer: paged_leapfrog.cpp charges
+    the same). The threads' copied particle blocks live only in the walk, where
+    :func:`tree_keep_free` holds them beside the tree; counting them here as well reserved
+    them twice (until session 24: 4 MiB a thread that no phase used, taken from the
+    particles' cache)."""
+    return 72 * min(KICK_BLOCK, n)
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,7 @@ def _least_budget(n: int, page_bytes: int, threads: int, n_leaf: int, n_crit: in
     nodes = math.ceil(CELLS_PER_PARTICLE_AT_16 * 16 / n_leaf * n) + 1
     groups = math.ceil(GROUPS_PER_PARTICLE_AT_256 * 256 / n_crit * n) + 1
     tree_least = int(_core.paged_tree_least_bytes(nodes, groups, page_bytes, threads))
-    blocks = block_allowance()
+    blocks = block_allowance(n)
     least_sort = int(_core.least_sort_buffer(n)) + 2 * n
     least_headroom = max(tree_least + tree_keep_free(n, threads, n_crit, n_leaf), least_sort) + blocks
     return _LeastBudget(least_store + least_headroom, least_store, _tables(n, page_bytes), tree_least, groups,
