@@ -46,20 +46,27 @@ class DeviceCounters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _line_of(text: str, major: int, minor: int) -> list[str] | None:
+    """The fields of device ``major:minor``'s line in the text of /proc/diskstats, or None."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 14 and int(parts[0]) == major and int(parts[1]) == minor:
+            return parts
+    return None
+
+
 def parse_diskstats(text: str, major: int, minor: int) -> DeviceCounters:
     """The counters of device ``major:minor`` in the text of /proc/diskstats; ValueError if it
     has no line for that device."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 14 or int(parts[0]) != major or int(parts[1]) != minor:
-            continue
-        # after major, minor, name: reads, merged, sectors, ms; writes, merged, sectors, ms;
-        # in flight, io_ticks ms, weighted ms; (newer kernels add discards and flushes)
-        v = [int(x) for x in parts[3:14]]
-        return DeviceCounters(reads=v[0], read_bytes=v[2] * SECTOR_BYTES, read_seconds=v[3] / 1e3,
-                              writes=v[4], write_bytes=v[6] * SECTOR_BYTES, write_seconds=v[7] / 1e3,
-                              busy_seconds=v[9] / 1e3)
-    raise ValueError(f"{DISKSTATS}: no line for block device {major}:{minor}")
+    parts = _line_of(text, major, minor)
+    if parts is None:
+        raise ValueError(f"{DISKSTATS}: no line for block device {major}:{minor}")
+    # after major, minor, name: reads, merged, sectors, ms; writes, merged, sectors, ms;
+    # in flight, io_ticks ms, weighted ms; (newer kernels add discards and flushes)
+    v = [int(x) for x in parts[3:14]]
+    return DeviceCounters(reads=v[0], read_bytes=v[2] * SECTOR_BYTES, read_seconds=v[3] / 1e3,
+                          writes=v[4], write_bytes=v[6] * SECTOR_BYTES, write_seconds=v[7] / 1e3,
+                          busy_seconds=v[9] / 1e3)
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,8 @@ class BlockDevice:
                 text = f.read()
         except OSError:
             return None
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) >= 14 and int(parts[0]) == major and int(parts[1]) == minor:
-                return cls(parts[2], major, minor)
-        return None
+        parts = _line_of(text, major, minor)
+        return None if parts is None else cls(parts[2], major, minor)
 
     def counters(self) -> DeviceCounters:
         """The device's counters now (cumulative since boot)."""

@@ -1149,7 +1149,7 @@ def _stage_traffic(stage_bytes: dict, seconds: dict, n: int, tree_in_sort: bool 
     the cell records the sort wrote: no rate of its own."""
     parts = []
     for stage, (read, written) in stage_bytes.items():
-        secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        secs = _stage_seconds(stage, seconds)
         moved = read + written
         rate = f", {moved / secs / 1e9:.2f} GB/s" if secs > 0 else ""
         if stage == "build_moments" and tree_in_sort:
@@ -1164,7 +1164,7 @@ def _stage_cpu(stage_cpu: dict, seconds: dict, threads: int, switches: dict) -> 
     on the disk, or ran something else), and the process's context switches over the stage."""
     parts = []
     for stage, cpu in stage_cpu.items():
-        secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        secs = _stage_seconds(stage, seconds)
         busy = f"{100 * cpu / (secs * threads):.0f}% of {threads} cores, " if secs > 0 else ""
         n = switches[stage]
         parts.append(f"{stage} {cpu:.2f} s ({busy}{_count(n)} context switches)")
@@ -1184,7 +1184,7 @@ def _stage_device(device: str, stage_device: dict, seconds: dict, store_bytes: t
         return "device: none to measure (the scratch has no block device: in RAM or anonymous)"
     parts = []
     for stage, d in stage_device.items():
-        secs = seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
+        secs = _stage_seconds(stage, seconds)
         rate = f", {(d['read_bytes'] + d['write_bytes']) / secs / 1e9:.2f} GB/s" if secs > 0 else ""
         busy = f", busy {100 * d['busy_seconds'] / secs:.0f}%" if secs > 0 else ""
         parts.append(f"{stage} {d['read_bytes'] / 1e9:.2f} GB in {_count(d['reads'])} reads, "
@@ -1193,6 +1193,11 @@ def _stage_device(device: str, stage_device: dict, seconds: dict, store_bytes: t
     return (f"device {device} (its own counters, the whole disk's): " + "; ".join(parts) +
             f"; the step: the store moved {store_bytes[0] / 1e9:.2f} GB read, {store_bytes[1] / 1e9:.2f} GB written, "
             f"the device {read / 1e9:.2f} GB, {written / 1e9:.2f} GB")
+
+
+def _stage_seconds(stage: str, seconds: dict) -> float:
+    """Wall seconds of a traffic stage: "build_moments" spans the build and the moments."""
+    return seconds["build"] + seconds["moments"] if stage == "build_moments" else seconds[stage]
 
 
 def _count(n: int) -> str:
