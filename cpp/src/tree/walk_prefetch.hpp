@@ -43,6 +43,7 @@
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
+#include "tree_mac.hpp"
 
 namespace gravpipe {
 
@@ -107,12 +108,24 @@ class WalkPrefetch {
   /// gone through for their cell pages alone: within a level cells are in curve order, so a
   /// subtree's cells there are one range), their cell pages, and the reads that load those
   /// pages a level at a time.
+  /// The acceptance tests of a run's members, and of parts of kPartMembers of them (a
+  /// footprint's cells that the run does not accept are tested against every member: N = 1e7
+  /// Plummer, ~20 members a run, and the part's one test stands for its members' when it
+  /// accepts). Reused from run to run.
+  static constexpr std::size_t kPartMembers = 4;
+  struct MemberTests {
+    std::vector<Acceptor<PagedCellReader>> members, parts;
+    std::vector<Group> part_boxes;  // the parts' boxes (Acceptor holds a reference)
+    /// Whether every member accepts cell k (walk record c).
+    bool all_accept(std::int32_t k, const WalkCell& c) const;
+  };
   struct FootprintScratch {
     std::vector<std::int32_t> level, next;
     std::vector<std::pair<std::int32_t, std::int32_t>> quiet, quiet_next;  // [first, last] cells
     std::vector<std::int32_t> quiet_roots;  // the run's new quiet subtrees
     std::vector<std::int64_t> cell_pages;
     BatchedPageIo* cell_reads;  // not owned: on the cells' file, the prefetch thread's
+    MemberTests tests;
   };
   /// The local pages (page index within a column) run r reads, its sinks and the leaves its
   /// members open, less those that the window's marked flags (planned already); flags what
