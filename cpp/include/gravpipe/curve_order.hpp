@@ -69,6 +69,9 @@ CurveBox step_frame(const AxisBounds& before, const AxisBounds& after);
 /// while the new positions stay inside it.
 AxisBounds with_room(const AxisBounds& before);
 
+/// Hilbert key of the position (x, y, z) within `box` (clamped to its faces), as curve_keys
+/// gives each: one function, so that a key made again from a position is the same bits.
+std::uint64_t curve_key(double x, double y, double z, const CurveBox& box);
 /// Hilbert key of each position (3n row-major) within `box`; positions outside it clamp to
 /// its faces, so foreign points (forces at arbitrary positions) still get valid keys.
 std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& box, int threads);

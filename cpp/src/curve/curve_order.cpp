@@ -185,17 +185,19 @@ std::vector<std::uint64_t> curve_keys(Span<const double> pos, const CurveBox& bo
   return keys;
 }
 
+std::uint64_t curve_key(double x, double y, double z, const CurveBox& box) {
+  constexpr double top = static_cast<double>((1u << kMortonBitsPerAxis) - 1);
+  const double p[3] = {x, y, z};
+  std::uint32_t q[3];
+  for (int c = 0; c < 3; ++c) q[c] = static_cast<std::uint32_t>(std::clamp((p[c] - box.lo[c]) * box.scale, 0.0, top));
+  return hilbert_from_morton(morton_key(q[0], q[1], q[2]));
+}
+
 void curve_keys_into(Span<const double> pos, const CurveBox& box, int threads, std::vector<std::uint64_t>& keys) {
   const auto n = static_cast<std::int64_t>(pos.size() / 3);
   keys.resize(static_cast<std::size_t>(n));
-  const double top = static_cast<double>((1u << kMortonBitsPerAxis) - 1);
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kMinParallel)
-  for (std::int64_t k = 0; k < n; ++k) {
-    std::uint32_t q[3];
-    for (int c = 0; c < 3; ++c)
-      q[c] = static_cast<std::uint32_t>(std::clamp((pos[3 * k + c] - box.lo[c]) * box.scale, 0.0, top));
-    keys[k] = hilbert_from_morton(morton_key(q[0], q[1], q[2]));
-  }
+  for (std::int64_t k = 0; k < n; ++k) keys[k] = curve_key(pos[3 * k], pos[3 * k + 1], pos[3 * k + 2], box);
 }
 
 void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& values, int threads,

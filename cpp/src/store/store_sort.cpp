@@ -504,12 +504,13 @@ struct PermuteSizes {
 /// the next chunk's pages one pread each and wrote the cooled output back one pwrite each
 /// (N = 1e7 at 1/10 on the scratch disk: permute 0.96-1.25 s). The twin pages are cooled
 /// once read: they go first when a frame is needed. An observer that wants them is shown
-/// each chunk of the positions and masses (a page group) with its keys, on a thread of its
-/// own while the next chunk loads; returns whether it saw every particle. `sets`: the
-/// carried columns by page (columns_by_page), `sizes` their chunks and buffers.
+/// each chunk of the positions and masses (a page group) with its keys, made again from the
+/// positions in the sort's `frame`, on a thread of its own while the next chunk loads;
+/// returns whether it saw every particle. `sets`: the carried columns by page
+/// (columns_by_page), `sizes` their chunks and buffers.
 bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vector<std::vector<CarriedColumn>>& sets,
                     const PermuteSizes& sizes, const std::vector<std::int64_t>& run_begin,
-                    const std::vector<std::uint16_t>& from, BatchedPageIo& io) {
+                    const std::vector<std::uint16_t>& from, const CurveBox& frame) {
   const std::int64_t n = s.size();
   const std::size_t k_runs = run_begin.size();
   s.discard_fields(c.carried);  // the twins hold every value now
@@ -542,14 +543,12 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
     // the twin pages (and keys) of chunk [k0, k0 + m) whose runs' slices start at `from_run`,
     // loaded on the loading thread: `counts` its slices' lengths
     // (what it uses is captured by value or outlives `loading`, which waits for it on unwinding)
-    const auto load_chunk = [&loads, k_runs, observe, twin = sort_twin(set.front().first),
-                             comp = set.front().second](std::int64_t k0, std::int64_t m, std::vector<std::int64_t> from_run,
-                                                        std::vector<std::int64_t> counts) {
-      return std::async(std::launch::async, [&loads, k_runs, observe, twin, comp, k0, m, from_run = std::move(from_run),
+    const auto load_chunk = [&loads, k_runs, twin = sort_twin(set.front().first),
+                             comp = set.front().second](std::vector<std::int64_t> from_run, std::vector<std::int64_t> counts) {
+      return std::async(std::launch::async, [&loads, k_runs, twin, comp, from_run = std::move(from_run),
                                              counts = std::move(counts)] {
         // the columns of a set share their pages: the first one's are every one's
         for (std::size_t r = 0; r < k_runs; ++r) loads.ask(twin, comp, from_run[r], counts[r]);
-        if (observe) loads.ask("key", 0, k0, m);
         loads.flush();
       });
     };
@@ -558,7 +557,7 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
       for (std::int64_t k = 0; k < m; ++k) ++counts[from[k0 + k]];
     };
     count_chunk(0, std::min(chunk, n), count);
-    loading = load_chunk(0, std::min(chunk, n), cursor, count);
+    loading = load_chunk(cursor, count);
     for (std::int64_t k0 = 0; k0 < n; k0 += chunk, half ^= 1) {
       const std::int64_t m = std::min(chunk, n - k0);
       loading.get();  // this chunk's pages (rethrows the loads' error)
@@ -567,9 +566,8 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
         std::vector<std::int64_t> cursor_next(k_runs);
         count_chunk(k0 + chunk, m_next, count_next);
         for (std::size_t r = 0; r < k_runs; ++r) cursor_next[r] = cursor[r] + count[r];
-        loading = load_chunk(k0 + chunk, m_next, std::move(cursor_next), count_next);
+        loading = load_chunk(std::move(cursor_next), count_next);
       }
-      if (observe) s.read_column("key", 0, k0, m, keys[half].data(), kReadAhead);
       std::int64_t off = 0;
       for (std::size_t r = 0; r < k_runs; ++r) {
         at[r] = off;
@@ -590,8 +588,15 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
       if (observing.valid()) observing.get();
       if (observe) {
         const auto col = [o, chunk, &body](int q) { return o + static_cast<std::int64_t>(body[q]) * chunk; };
-        observing = std::async(std::launch::async, [&c, k0, m, x = col(0), y = col(1), z = col(2), mass = col(3),
-                                                     key = keys[half].data()] {
+        observing = std::async(std::launch::async, [&c, &frame, k0, m, x = col(0), y = col(1), z = col(2),
+                                                     mass = col(3), key = keys[half].data()] {
+          // the merge's keys made again from the positions, in the frame they were made in (the
+          // same bits): reading the ones the merge wrote cost 8 bytes a particle of the disk's
+          for (std::int64_t k = 0; k < m; ++k) {
+            double p[3];
+            std::memcpy(&p[0], &x[k], 8), std::memcpy(&p[1], &y[k], 8), std::memcpy(&p[2], &z[k], 8);
+            key[k] = static_cast<std::int64_t>(curve_key(p[0], p[1], p[2], frame));
+          }
           c.observer->permuted(k0, m, x, y, z, mass, key);
         });
       }
@@ -813,7 +818,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   traffic(st.merge_read, st.merge_written);
 
   t0 = Clock::now();
-  if (permute_fields(s, c, sets, sizes, run_begin, from, io) && c.observer != nullptr) c.observer->permute_done();
+  if (permute_fields(s, c, sets, sizes, run_begin, from, st.frame) && c.observer != nullptr) c.observer->permute_done();
   st.seconds_permute = seconds_since(t0);
   traffic(st.permute_read, st.permute_written);
   return st;
