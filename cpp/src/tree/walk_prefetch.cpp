@@ -96,22 +96,6 @@ std::int64_t WalkPrefetch::failures() const {
   return failures_;
 }
 
-bool WalkPrefetch::MemberTests::all_accept(std::int32_t k, const WalkCell& c) const {
-  double d2 = 0;
-  if (parts.empty()) {
-    for (const Acceptor<PagedCellReader>& a : members)
-      if (!a.accepts(k, c, d2)) return false;
-    return true;
-  }
-  for (std::size_t q = 0; q < parts.size(); ++q) {
-    if (parts[q].accepts(k, c, d2)) continue;
-    const std::size_t e = std::min(members.size(), (q + 1) * kPartMembers);
-    for (std::size_t m = q * kPartMembers; m < e; ++m)
-      if (!members[m].accepts(k, c, d2)) return false;
-  }
-  return true;
-}
-
 void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
                              FootprintScratch& w, Window& window) const {
   std::vector<std::uint8_t>& marked = window.marked;
@@ -125,19 +109,9 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
   };
   for (std::int64_t p = run.i_begin / per_page_; p <= (run.i_end - 1) / per_page_; ++p) add(p);
   const Acceptor<PagedCellReader> run_acceptor(cells, run, mac_);
-  MemberTests& t = w.tests;
-  t.members.clear(), t.parts.clear(), t.part_boxes.clear();
-  for (const Group& g : members) t.members.emplace_back(cells, g, mac_);
-  // the members in parts of kPartMembers (consecutive, so compact): a cell that a part's box
-  // accepts, every member in it accepts (a box inside it is no nearer the cell, and its
-  // excluded range lies inside the part's), so one test stands for the part's
-  const std::size_t parts = members.size() > kPartMembers ? (members.size() + kPartMembers - 1) / kPartMembers : 0;
-  t.part_boxes.reserve(parts);  // the acceptors hold references to them
-  for (std::size_t q = 0; q < parts; ++q) {
-    const std::size_t b = q * kPartMembers, e = std::min(members.size(), b + kPartMembers);
-    t.part_boxes.push_back(run_group(Span<const Group>(&members[b], e - b)));
-  }
-  for (const Group& box : t.part_boxes) t.parts.emplace_back(cells, box, mac_);
+  std::vector<Acceptor<PagedCellReader>> member_acceptors;
+  member_acceptors.reserve(members.size());
+  for (const Group& g : members) member_acceptors.emplace_back(cells, g, mac_);
   // a cell matters when some member does not accept it: a leaf is then read, a cell opened.
   // Testing children against members that accepted their parent only adds pages (a
   // superset of what the members' walks read), never misses one. The walk goes a tree
@@ -172,7 +146,13 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
         }
       }
       if (run_acceptor.accepts(k, c, d2)) continue;  // every member accepts what the run does
-      if (t.all_accept(k, c)) continue;
+      bool all_accept = true;
+      for (const Acceptor<PagedCellReader>& a : member_acceptors)
+        if (!a.accepts(k, c, d2)) {
+          all_accept = false;
+          break;
+        }
+      if (all_accept) continue;
       if (c.first_child >= 0) {
         for (std::int32_t q = c.first_child; q < c.first_child + c.n_children; ++q) w.next.push_back(q);
       } else if (c.begin >= 0 && c.end > c.begin) {
