@@ -540,8 +540,8 @@ bool permute_fields(ParticleStore& s, const StoreSortConfig& c, const std::vecto
     const bool observe = c.observer != nullptr && !observed && body[0] >= 0 && c.observer->wants_bodies();
     if (observe) keys[0].resize(static_cast<std::size_t>(chunk)), keys[1].resize(static_cast<std::size_t>(chunk));
     std::copy(run_begin.begin(), run_begin.end(), cursor.begin());
-    // the twin pages (and keys) of chunk [k0, k0 + m) whose runs' slices start at `from_run`,
-    // loaded on the loading thread: `counts` its slices' lengths
+    // the twin pages of a chunk whose runs' slices start at `from_run`, loaded on the loading
+    // thread: `counts` its slices' lengths
     // (what it uses is captured by value or outlives `loading`, which waits for it on unwinding)
     const auto load_chunk = [&loads, k_runs, twin = sort_twin(set.front().first),
                              comp = set.front().second](std::vector<std::int64_t> from_run, std::vector<std::int64_t> counts) {
