@@ -1,9 +1,10 @@
-"""Context switches of each thread of the process during one out-of-core step (N = 1e7 at a
-budget of 1/10 by default), voluntary (a thread waits) and involuntary (it is preempted),
-read from /proc/self/task every 50 ms, so threads that live only for the walk (the
-prefetch) are counted too. The optional third argument is the budget as a fraction of the
-particle data (default 0.1; below ~1e7 particles 1/10 is less than the least budget).
-BENCHMARKS.md, session 24.
+"""Context switches and CPU seconds of each thread of the process during one out-of-core step
+(N = 1e7 at a budget of 1/10 by default): voluntary switches (a thread waits), involuntary
+ones (it is preempted), and user + system CPU, read from /proc/self/task every 50 ms, so
+threads that live only for the walk (the prefetch, the next sort's run maker) are counted
+too. The optional third argument is the budget as a fraction of the particle data (default
+0.1; below ~1e7 particles 1/10 is less than the least budget). BENCHMARKS.md, sessions 24
+and 26.
 
     python benchmarks/ooc/thread_switches.py 1e7 /path/to/scratch [0.1]
 """
@@ -18,16 +19,22 @@ import gravpipe as gp
 from gravpipe.ooc import OutOfCore
 
 
-def _switches() -> dict[str, tuple[int, int]]:
-    """Thread id -> (voluntary, involuntary) switches so far (Linux)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _switches() -> dict[str, tuple[int, int, float]]:
+    """Thread id -> (voluntary switches, involuntary switches, CPU seconds) so far (Linux)."""
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/status") as f:
                 fields = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
         except OSError:  # the thread ended meanwhile
             continue
-        out[tid] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]))
+        cpu = (int(stat[11]) + int(stat[12])) / CLOCK_TICKS  # utime + stime
+        out[tid] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]), cpu)
     return out
 
 
@@ -58,15 +65,15 @@ def main() -> None:
         last.update(_switches())
     print(f"step {st.total:.2f} s: walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s")
     rows = []
-    for tid, (v, nv) in last.items():
+    for tid, (v, nv, cpu) in last.items():
         if tid in watcher_tid:
             continue
-        v0, nv0 = first.get(tid, (0, 0))
-        rows.append((v - v0 + nv - nv0, tid, v - v0, nv - nv0, tid in first))
-    for total, tid, v, nv, old in sorted(rows, reverse=True):
-        if total > 50:
+        v0, nv0, cpu0 = first.get(tid, (0, 0, 0.0))
+        rows.append((v - v0 + nv - nv0, tid, v - v0, nv - nv0, cpu - cpu0, tid in first))
+    for total, tid, v, nv, cpu, old in sorted(rows, reverse=True):
+        if total > 50 or cpu > 0.05:
             print(f"thread {tid} ({'before the step' if old else 'new in the step'}): "
-                  f"voluntary {v}, involuntary {nv}")
+                  f"voluntary {v}, involuntary {nv}, CPU {cpu:.2f} s")
 
 
 if __name__ == "__main__":
