@@ -135,6 +135,8 @@ class PageCache {
   /// frames kept, when the budget cannot hold the new ones.
   void set_frames(std::int64_t frames);
   std::int64_t pages() const { return pages_; }
+  /// The budget its frames and tables are charged to (readers charge their own tables there).
+  MemoryBudget& budget() const { return *budget_; }
   /// The file the pages live in.
   const PageFile& file() const { return file_; }
   /// Describes a page in error messages (the store names its field and particles).
