@@ -306,7 +306,7 @@ void bind_tree(nb::module_& m) {
       .def_prop_rw(
           "prefetch_runs", [](const PagedTreeBox& t) { return t.get().prefetch_runs(); },
           [](PagedTreeBox& t, int runs) { t.get().set_prefetch_runs(runs); },
-          "Runs of groups whose pages the walk loads ahead of each thread (0: off); I/O only. Default 4, or 0 "
+          "Runs of groups a thread whose pages the walk loads ahead of the threads (0: off); I/O only. Default 4, or 0 "
           "when the scratch file is in memory (tmpfs: no latency to hide).")
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
       .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });

@@ -553,8 +553,8 @@ def _bench_ooc(args: argparse.Namespace) -> int:
                   f"pp/body {r['pp_per_body']:.0f}, pc/body {r['pc_per_body']:.0f}, MAC/body {r['mac_per_body']:.0f}")
             print(f"  scratch: {r['io_mode']} I/O, " +
                   ("in memory (tmpfs): the walk loads pages as it needs them, no prefetch" if r["scratch_in_memory"]
-                   else f"on a device: the walk prefetches {r['walk_prefetch_runs']} runs ahead of each thread "
-                        f"({r['walk_prefetch_reads']})"))
+                   else f"on a device: the threads walk the runs side by side, the prefetch "
+                        f"{r['walk_prefetch_runs']} runs a thread ahead of them ({r['walk_prefetch_reads']})"))
             tree_in_sort = bool(r["sort"].get("tree_in_sort"))
             if tree_in_sort:
                 print(f"  tree: built as the sort wrote the particles (count {r['sort']['seconds_tree_count']:.2f} s "

@@ -55,8 +55,8 @@ class PagedTree {
   void self_forces(const std::string& acc_field = "acc", const std::string& pot_field = "pot",
                    const RunResultsHook& hook = {});
 
-  /// Runs of groups whose pages self_forces loads ahead of each compute thread (the walk's
-  /// prefetch, walk_prefetch.hpp); 0 turns it off, and so does a particle cache that holds
+  /// Runs of groups a compute thread whose pages self_forces loads ahead of the threads,
+  /// which walk the runs side by side (the walk's prefetch, walk_prefetch.hpp); 0 turns it off, and so does a particle cache that holds
   /// every page the walk touches. Changes I/O only, never a result bit. The default is 4 for
   /// a scratch file on a device and 0 for one in memory (tmpfs, /dev/shm): there a load is a
   /// copy with no latency to hide, and the prefetch's planning walks only take CPU from the

@@ -151,8 +151,9 @@ void PagedTree::self_forces(const std::string& acc_field, const std::string& pot
     results.report_runs_to(*prefetch);
   }
   // every i-particle excludes itself (exclude_self): no array of N indices
+  // the threads walk the runs side by side: the cache holds one neighbourhood of pages
   const GroupEvaluation<PagedParticles, PagedParticles, StoreResults, PagedCells> e{
-      *cells_, params_, isa_, particles, particles, {}, results, true};
+      *cells_, params_, isa_, particles, particles, {}, results, true, nullptr, true};
   const GroupWork work = evaluate_groups(e, groups_, threads_);
   copy_peak_bytes_ = particles.peak_bytes_held();
   const double wall = seconds_since(t_start);

@@ -45,7 +45,7 @@ class StoreResults {
   void report_runs_to(WalkPrefetch& prefetch) { prefetch_ = &prefetch; }
 
   void begin_run(const Group& run) const {
-    if (prefetch_ != nullptr) prefetch_->started(omp_get_thread_num(), run.i_begin);
+    if (prefetch_ != nullptr) prefetch_->started(run.i_begin);
     Buffer& b = mine();
     b.begin = run.i_begin;
     const auto n = static_cast<std::size_t>(run.i_end - run.i_begin);

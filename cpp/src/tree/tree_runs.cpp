@@ -481,9 +481,12 @@ GroupWork share_runs(const Evaluation& e, const std::vector<Group>& groups, int 
   const auto runs = make_runs(groups);
   const auto nr = static_cast<std::int64_t>(runs.size());
   // chunks of consecutive runs: a thread's next run is the curve's next, on pages near its
-  // last; ~32 chunks per thread keep the threads' ends balanced. Results do not depend on
-  // the schedule: each run is one thread's, summed in a fixed order.
-  const std::int64_t chunk = std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
+  // last; ~32 chunks per thread keep the threads' ends balanced. Side by side (out of core),
+  // one run at a time: the threads read one neighbourhood of pages together, and the cache
+  // holds it once (N = 1e7 at 1/10 on the scratch disk: the walk's reads 2.25 -> 1.99 GB a
+  // step, its stalls 0.42 -> 0.16 thread-s, the step 0.2-0.3 s shorter in 5 of 5 rounds).
+  // Results do not depend on the schedule: each run is one thread's, summed in a fixed order.
+  const std::int64_t chunk = e.side_by_side ? 1 : std::max<std::int64_t>(1, nr / (32 * std::max(1, threads)));
   GroupWork total;
   std::exception_ptr error;
   std::atomic<bool> failed{false};

@@ -59,6 +59,10 @@ struct GroupEvaluation {
   /// Not null: the lists are evaluated on this GPU (the tree's backend "cuda", mixed
   /// precision), one lane per thread; null: on the CPU's list kernels (isa).
   CudaTreeLists* device = nullptr;
+  /// true: the threads take the runs one at a time in curve order, side by side, so that
+  /// their lists read one neighbourhood of pages, not one each (the out-of-core walk: the
+  /// cache holds one working set); false: contiguous chunks of runs per thread.
+  bool side_by_side = false;
 };
 
 /// The work of an evaluation, as TreeStats counts it. Seconds are thread-seconds.
@@ -72,8 +76,9 @@ struct GroupWork {
 /// Forces on every group's i-particles, OpenMP over runs of consecutive groups. A run's
 /// sums are computed by one thread in a fixed order, so results are bitwise identical for
 /// any thread count and any accessor. Each thread takes contiguous chunks of runs (curve
-/// order), so that the pages its lists touch stay near each other; after each run it
-/// releases its blocks (release_thread). Instantiated for InCoreParticles on both sides
+/// order), or with e.side_by_side the runs one at a time in curve order, so that the pages
+/// the lists touch stay near each other; after each run a thread releases its blocks
+/// (release_thread). Instantiated for InCoreParticles on both sides
 /// with CallerResults and InCoreCells, and for PagedParticles with StoreResults and PagedCells
 /// (paged_tree.cpp).
 template <class Sources, class Sinks, class Results, class Cells>

@@ -19,10 +19,9 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
       cells_(cells),
       groups_(groups),
       mac_(mac),
-      depth_(std::max(depth, 1)),
+      threads_(std::max(threads, 1)),
+      depth_(std::max(depth, 1) * threads_),
       per_page_(store.particles_per_page(pos)),
-      cursors_(static_cast<std::size_t>(std::max(threads, 1))),
-      windows_(cursors_.size()),
       reads_(store.file(), kReadDepth) {
   for (int c = 0; c < 4; ++c) {
     const std::int64_t base = c < 3 ? store_.page_of(pos, c, 0) : store_.page_of(mass, 0, 0);
@@ -30,8 +29,7 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
   }
   // every frame but one per thread for transient pins (copied blocks, results), one for
   // the read-ahead thread and a spare, in sets of the pages that hold x, y, z, m
-  room_pages_ = (store_.frames() - static_cast<std::int64_t>(cursors_.size()) - 2) /
-                static_cast<std::int64_t>(bases_.size());
+  room_pages_ = (store_.frames() - threads_ - 2) / static_cast<std::int64_t>(bases_.size());
   runs_ = make_runs(groups_);
   table_charge_ = store_.budget().reserve(runs_.size() * (sizeof(runs_[0]) + sizeof(std::int64_t)),
                                           "the walk prefetch's table of " + std::to_string(runs_.size()) + " runs");
@@ -49,27 +47,27 @@ WalkPrefetch::~WalkPrefetch() {
   if (thread_.joinable()) thread_.join();
 }
 
-void WalkPrefetch::started(int thread, std::int64_t i_begin) {
-  if (runs_.empty() || thread < 0 || static_cast<std::size_t>(thread) >= cursors_.size()) return;
+void WalkPrefetch::started(std::int64_t i_begin) {
+  if (runs_.empty()) return;
   const auto it = std::upper_bound(run_begin_.begin(), run_begin_.end(), i_begin);
   const std::int64_t r = std::max<std::int64_t>(0, (it - run_begin_.begin()) - 1);
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Cursor& c = cursors_[static_cast<std::size_t>(thread)];
+    Cursor& c = cursor_;
+    if (r <= c.at) return;  // another thread started a later run first: the front is past it
     c.at = r;
-    // a jump (a new chunk of runs): plan from this run on; its pages not yet pinned by the
-    // thread load here in parallel with the thread's own demand
+    // a jump (the first run, or one past the window): plan from this run on; its pages not
+    // yet pinned by the thread load here in parallel with the thread's own demand
     const bool jump = c.next < r || c.next > r + depth_;
     if (jump) c.next = r;
-    // the prefetch thread is woken when half the thread's window is left, to plan the other
-    // half in one go, not once a run: on two cores each wake preempts a compute thread
+    // the prefetch thread is woken when half the window is left, to plan the other half in
+    // one go, not once a run: on two cores each wake preempts a compute thread
     wake = jump || c.next - r <= depth_ / 2;
-    // the thread's plans behind it, and beyond its window after a jump, are done with
-    for (auto it = plans_.begin(); it != plans_.end();)
-      it = it->second.thread == static_cast<std::size_t>(thread) && (it->first < r || it->first >= c.next)
-               ? plans_.erase(it)
-               : std::next(it);
+    // plans of runs the other threads may still be in are kept; those behind them, and
+    // beyond the window after a jump, are done with
+    for (auto p = plans_.begin(); p != plans_.end();)
+      p = p->first < r - threads_ || p->first >= c.next ? plans_.erase(p) : std::next(p);
   }
   if (wake) wake_.notify_one();
 }
@@ -240,12 +238,12 @@ void WalkPrefetch::Window::clear() {
   last = -2;
 }
 
-void WalkPrefetch::plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells,
-                             std::vector<std::int64_t>& pages, FootprintScratch& scratch) {
-  Window& w = windows_[thread];
+void WalkPrefetch::plan_next(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
+                             FootprintScratch& scratch) {
+  Window& w = window_;
   if (w.marked.empty()) w.marked.assign(static_cast<std::size_t>((store_.size() + per_page_ - 1) / per_page_), 0);
-  // the thread's plans so far cover its runs up to depth_ ahead of where it is: pages they
-  // added were loaded then and stay in the cache about as long. A jump starts afresh.
+  // the plans so far cover the runs up to depth_ ahead of the front: pages they added were
+  // loaded then and stay in the cache about as long. A jump starts afresh.
   w.forget(r == w.last + 1 ? static_cast<std::size_t>(2 * depth_) : 0);
   // a page planned a few runs ago may have been evicted since (a small cache, two threads'
   // working sets): planned again, rather than left to the compute thread's demand read
@@ -272,16 +270,8 @@ void WalkPrefetch::serve() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     if (stop_) break;
-    // the thread with the fewest runs planned ahead of the one it is in
-    std::size_t best = cursors_.size();
-    std::int64_t best_ahead = depth_;
-    for (std::size_t t = 0; t < cursors_.size(); ++t) {
-      const Cursor& c = cursors_[t];
-      if (c.at < 0 || c.next >= nr) continue;
-      const std::int64_t ahead = c.next - c.at;
-      if (ahead < best_ahead) best = t, best_ahead = ahead;
-    }
-    if (best == cursors_.size()) {
+    Cursor& c = cursor_;
+    if (c.at < 0 || c.next >= nr || c.next - c.at >= depth_) {
       // nothing to plan: write back dirty frames next in line for eviction meanwhile (the
       // walk's results and the next sort's keys; the build's cell records), so that the
       // compute threads' evictions find clean frames instead of waiting for write-backs
@@ -291,12 +281,12 @@ void WalkPrefetch::serve() {
       if (cleaned == 0 && !stop_) wake_.wait(lock);
       continue;
     }
-    const std::int64_t r = cursors_[best].next++;
+    const std::int64_t r = c.next++;
     ++planned_;
     lock.unlock();
     bool planned = true;
     try {
-      plan_next(best, r, cells, pages, scratch);
+      plan_next(r, cells, pages, scratch);
     } catch (...) {  // a cell page that fails to load: the compute thread's own read reports it
       planned = false;
     }
@@ -306,20 +296,20 @@ void WalkPrefetch::serve() {
       continue;
     }
     // pages not loaded for this run are left for the next runs' plans to list again
-    if (cursors_[best].at > r) {  // the thread went past it meanwhile
-      windows_[best].drop_newest();
+    if (c.at > r) {  // the threads went past it meanwhile
+      window_.drop_newest();
       continue;
     }
     const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
-    plans_[r] = Plan{best, pages};
+    plans_[r] = Plan{pages};
     if (!fits) {
-      windows_[best].drop_newest();
+      window_.drop_newest();
       ++skipped_;
       continue;
     }
     // a batch of pages at a time, their reads in flight together; stop early when the thread
     // has gone past the run (stale) or the walk ends
-    for (std::size_t q = 0; q < pages.size() && !stop_ && cursors_[best].at <= r; q += kBatchPages) {
+    for (std::size_t q = 0; q < pages.size() && !stop_ && c.at <= r; q += kBatchPages) {
       lock.unlock();
       batch.clear();
       for (std::size_t k = q; k < std::min(pages.size(), q + kBatchPages); ++k)

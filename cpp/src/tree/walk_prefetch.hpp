@@ -1,7 +1,7 @@
 // The out-of-core walk's prefetch (paged_tree.cpp): once the tree is built, the pages a run of
 // groups will read are known before it is evaluated: its own i-range and the particle ranges
-// of the leaves its members open. A background thread walks the runs a few ahead of each
-// compute thread (the footprint walk: the same MAC, only the opened leaves kept) and loads
+// of the leaves its members open. A background thread walks the runs a few ahead of the
+// compute threads (the footprint walk: the same MAC, only the opened leaves kept) and loads
 // those pages (x, y, z, m) into the cache unpinned, so that the compute threads find them
 // there instead of stalling on a synchronous read. The loads go kBatchPages pages at a time,
 // their reads in flight together (BatchedPageIo: Linux AIO on the O_DIRECT file, for one
@@ -13,21 +13,22 @@
 // that fails here is left to the compute thread's own pin, which reports it (a corrupt
 // page raises ChecksumError there, as without prefetch).
 //
-// Compute threads report the run they start (started(), from StoreResults::begin_run); the
-// prefetcher keeps each thread's next `depth` runs planned, woken when half of them are left
-// (each wake of it preempts a compute thread on a machine with as many threads as cores:
-// N = 1e7 at 1/10, 2 threads, its wakes 15.2k -> 12.4k a walk, the step's context switches
-// 55k -> 49k, no change in its stalls). A run's plan lists only the pages that the thread's
-// last 2 x depth plans did not (or did, but that have left the cache since): consecutive
-// runs share most of their pages,
+// The compute threads take the runs one at a time in curve order, side by side
+// (GroupEvaluation::side_by_side), so the runs they are in are one stretch of the curve: the
+// prefetcher keeps the next `depth` x threads runs past the furthest one started planned,
+// woken when half of them are left (each wake of it preempts a compute thread on a machine
+// with as many threads as cores: N = 1e7 at 1/10, 2 threads, its wakes 15.2k -> 12.4k a walk,
+// the step's context switches 55k -> 49k, no change in its stalls). A run's plan lists only
+// the pages that the last 2 x depth x threads plans did not (or did, but that have left the
+// cache since): consecutive runs share most of their pages,
 // and a subtree whose particles lie on pages planned already is gone through without its MAC
 // tests (N = 1e7 at 1/10: the footprint walks' CPU down ~40%), only for its cell pages, which
 // the compute threads' walks read: a range of cells a level, not each cell (N = 1e7: ~23k
-// cells a run otherwise), and only when none of the thread's last plans went through it.
-// N = 1e7 at 1/10: this thread's CPU 2.0 -> 1.0 s a walk, the cell pages it loads the same. A thread whose next run is not
-// the one after its last (OpenMP handed it a new chunk of runs) restarts its window there.
+// cells a run otherwise), and only when none of the last plans went through it.
+// N = 1e7 at 1/10: this thread's CPU 2.0 -> 1.0 s a walk, the cell pages it loads the same. A
+// run started past the planned window (the first, or a jump) restarts the window there.
 // A run's pages are loaded only while the pages of every planned run not yet left behind
-// (each thread's current one included) fit in the cache's frames beside the transient pins:
+// fit in the cache's frames beside the transient pins:
 // when they do not (a cache smaller than the threads' working sets), a prefetch could only
 // evict pages about to be used, and the walk is left to its demand loads.
 #pragma once
@@ -52,7 +53,8 @@ namespace gravpipe {
 class WalkPrefetch {
  public:
   /// `groups`: the evaluation's groups, runs made of them as evaluate_groups makes them; the
-  /// leaves' particles come from the x, y, z of `pos` and from `mass`. The run table is
+  /// leaves' particles come from the x, y, z of `pos` and from `mass`. `threads` compute
+  /// threads walk them side by side; `depth` runs a thread are planned ahead. The run table is
   /// charged to the store's budget. Starts the thread.
   WalkPrefetch(ParticleStore& store, const PagedCells& cells, const std::vector<Group>& groups, const MacParams& mac,
                int threads, int depth, const std::string& pos = "pos", const std::string& mass = "mass");
@@ -60,8 +62,8 @@ class WalkPrefetch {
   WalkPrefetch(const WalkPrefetch&) = delete;
   WalkPrefetch& operator=(const WalkPrefetch&) = delete;
 
-  /// Compute thread `thread` starts the run whose first i-particle is `i_begin`.
-  void started(int thread, std::int64_t i_begin);
+  /// A compute thread starts the run whose first i-particle is `i_begin`.
+  void started(std::int64_t i_begin);
 
   std::int64_t runs_planned() const;
   /// Planned runs whose pages were not loaded: they did not fit beside the others'.
@@ -71,17 +73,16 @@ class WalkPrefetch {
 
  private:
   struct Cursor {
-    std::int64_t at = -1;    // run the thread is in (-1: none yet)
-    std::int64_t next = -1;  // next run to plan for it
+    std::int64_t at = -1;    // the furthest run a thread has started (-1: none yet)
+    std::int64_t next = -1;  // the next run to plan
   };
   struct Plan {
-    std::size_t thread;
     std::vector<std::int64_t> pages;  // local pages, as footprint() gives them
   };
   /// Local pages of every plan and of `more` together (their union).
   std::size_t planned_pages(const std::vector<std::int64_t>& more) const;
   void serve();
-  /// One compute thread's recent plans, as the footprints that follow build on them.
+  /// The recent plans, as the footprints that follow build on them.
   struct Window {
     std::int64_t last = -2;                       // the run planned last (-2: none)
     std::deque<std::vector<std::int64_t>> plans;  // pages each recent plan added, oldest first
@@ -129,17 +130,17 @@ class WalkPrefetch {
                              std::vector<std::pair<std::int32_t, std::int32_t>>& out);
   /// Sort and join overlapping or adjacent ranges.
   static void merge_ranges(std::vector<std::pair<std::int32_t, std::int32_t>>& ranges);
-  /// footprint() of run r for `thread`, after the pages its last few runs planned: a run
-  /// next to the last one the thread planned shares most of its pages, and the subtrees on
-  /// them are gone through without their MAC tests.
-  void plan_next(std::size_t thread, std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages,
-                 FootprintScratch& w);
+  /// footprint() of run r, after the pages the last few runs planned: a run next to the last
+  /// one planned shares most of its pages, and the subtrees on them are gone through without
+  /// their MAC tests.
+  void plan_next(std::int64_t r, const PagedCellReader& cells, std::vector<std::int64_t>& pages, FootprintScratch& w);
 
   ParticleStore& store_;
   const PagedCells& cells_;
   const std::vector<Group>& groups_;
   const MacParams mac_;
-  const std::int64_t depth_;
+  const std::int64_t threads_;
+  const std::int64_t depth_;  // runs planned past the furthest started: depth a thread x threads
   std::int64_t per_page_;
   std::vector<std::int64_t> bases_;  // the distinct first pages of the x, y, z, m columns
   Reservation table_charge_;
@@ -148,9 +149,9 @@ class WalkPrefetch {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<Cursor> cursors_;  // per compute thread
-  std::vector<Window> windows_;  // per compute thread; the prefetch thread's alone
-  std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left by their thread
+  Cursor cursor_;
+  Window window_;                       // the prefetch thread's alone
+  std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left behind
   std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
   /// Local pages whose loads go to the file together (x 1..4 columns), and the requests
   /// in flight at once (BENCHMARKS.md, session 16).
