@@ -116,7 +116,7 @@ def test_bench_ooc_ratio_prints_and_saves_each_stages_bytes_and_cpu(tmp_path):
     assert row["io_mode"] in ("direct", "buffered") and isinstance(row["scratch_in_memory"], bool)
     assert row["walk_prefetch_runs"] == (0 if row["scratch_in_memory"] else 4)
     assert row["walk_prefetch_reads"].startswith(("Linux AIO, 16 deep", "one page at a time ("))
-    assert ("in memory (tmpfs)" if row["scratch_in_memory"] else "on a device: the walk prefetches 4") in r.stdout
+    assert ("in memory (tmpfs)" if row["scratch_in_memory"] else "the prefetch 4 runs a thread ahead") in r.stdout
     # where the tree was built is said (one run here, sorted in place: after the sort)
     assert ("tree: built as the sort wrote" in r.stdout) == bool(row["sort"]["tree_in_sort"])
 

@@ -120,6 +120,12 @@ class PagedCells {
   static std::int64_t least_frames(int threads) { return 2 * (threads + 1) + 2; }
   /// Pages the records of `cells` cells take.
   static std::int64_t pages_for(std::int64_t cells, std::size_t page_bytes);
+  /// Bytes of the page tables of the readers of `pages` pages that `threads` threads hold at
+  /// once (each thread's and the walk's prefetch's, or the build's): 4 bytes a page a reader
+  /// (PinnedSlots charges its own).
+  static std::uint64_t reader_table_bytes(std::int64_t pages, int threads) {
+    return static_cast<std::uint64_t>(pages) * sizeof(std::int32_t) * static_cast<std::uint64_t>(threads + 1);
+  }
 
   std::int64_t count() const { return cells_; }
   /// A reader for one thread; `write`: its pins may modify records (the build).

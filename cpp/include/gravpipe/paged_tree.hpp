@@ -75,7 +75,7 @@ class PagedTree {
   /// Page traffic of the cell tables since the build began.
   StoreCounters cell_counters() const { return cells_->counters(); }
   /// The least bytes the tree charges beyond the store's: the cells' fewest frames (and
-  /// their page tables for `cells` cells) and `groups` groups.
+  /// their page tables for `cells` cells, the threads' readers' among them) and `groups` groups.
   static std::uint64_t least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads);
   /// The most bytes one thread holds in particle blocks copied out of the pages (blocks that
   /// straddle a page, or come when its share of pinned frames is full), for groups of up to

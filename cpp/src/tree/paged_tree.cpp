@@ -42,7 +42,7 @@ std::int64_t task_particles(std::int64_t n, int threads, int n_leaf) {
 std::uint64_t PagedTree::least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads) {
   const auto pages = static_cast<std::uint64_t>(PagedCells::pages_for(cells, page_bytes));
   return static_cast<std::uint64_t>(PagedCells::least_frames(threads)) * page_bytes + pages * 5 +
-         static_cast<std::uint64_t>(groups) * sizeof(Group);
+         PagedCells::reader_table_bytes(static_cast<std::int64_t>(pages), threads) + static_cast<std::uint64_t>(groups) * sizeof(Group);
 }
 
 std::uint64_t PagedTree::cell_cache_bytes() const {
@@ -97,7 +97,9 @@ PagedTree::PagedTree(ParticleStore& store, const TreeParams& params, std::uint64
 std::int64_t PagedTree::cell_frames(std::int64_t pages, std::uint64_t charged, std::uint64_t tables) const {
   const std::size_t page = store_.page_bytes();
   const MemoryBudget& b = store_.budget();
-  const std::uint64_t taken = b.used() - charged + keep_free_ + tables;
+  // the readers charge their page tables when the build and the walk make them
+  const std::uint64_t taken =
+      b.used() - charged + keep_free_ + tables + PagedCells::reader_table_bytes(pages, threads_);
   const std::int64_t fit = taken < b.total() ? static_cast<std::int64_t>((b.total() - taken) / page) : 0;
   return std::max(PagedCells::least_frames(threads_), std::min(fit, pages));
 }
