@@ -307,8 +307,8 @@ void WalkPrefetch::serve() {
       ++skipped_;
       continue;
     }
-    // a batch of pages at a time, their reads in flight together; stop early when the thread
-    // has gone past the run (stale) or the walk ends
+    // a batch of pages at a time, their reads in flight together; stop early when the threads
+    // have gone past the run (stale) or the walk ends
     for (std::size_t q = 0; q < pages.size() && !stop_ && c.at <= r; q += kBatchPages) {
       lock.unlock();
       batch.clear();
