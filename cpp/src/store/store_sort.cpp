@@ -350,10 +350,17 @@ constexpr std::int64_t kMergeAheadPages = 4;
 /// Pages the first fill of the heads loads in one batch.
 constexpr std::size_t kFirstFillBatchPages = 64;
 
+/// The end of the particles a refill of h at `next` asks for: `count` and `ahead_pages` key
+/// pages further, within the run.
+std::int64_t refill_end(const ParticleStore& s, const RunHead& h, std::int64_t next, std::int64_t count,
+                        std::int64_t ahead_pages) {
+  return std::min(h.end, next + count + ahead_pages * s.particles_per_page(sort_twin("key")));
+}
+
 /// Ask for the key and index pages of h's particles [h.next, h.next + count), and
 /// `ahead_pages` key pages further, that h has not asked for yet.
 void ask_ahead(BatchedLoads& loads, const ParticleStore& s, RunHead& h, std::int64_t count, std::int64_t ahead_pages) {
-  const std::int64_t to = std::min(h.end, h.next + count + ahead_pages * s.particles_per_page(sort_twin("key")));
+  const std::int64_t to = refill_end(s, h, h.next, count, ahead_pages);
   const std::int64_t from = std::max(h.next, h.asked);
   if (from >= to) return;
   loads.ask(sort_twin("key"), 0, from, to - from);
@@ -369,7 +376,7 @@ void ask_ahead(BatchedLoads& loads, const ParticleStore& s, RunHead& h, std::int
 void hint_next_refill(ParticleStore& s, RunHead& h, std::int64_t size, std::vector<std::int64_t>& pages) {
   const std::int64_t buf_end = h.buf_at + h.buf_n;
   const std::int64_t from = std::max({h.asked, buf_end, h.hinted});
-  const std::int64_t to = std::min(h.end, buf_end + size + kMergeAheadPages * s.particles_per_page(sort_twin("key")));
+  const std::int64_t to = refill_end(s, h, buf_end, size, kMergeAheadPages);
   if (from >= to) return;
   h.hinted = to;
   pages.clear();

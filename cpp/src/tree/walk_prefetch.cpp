@@ -84,7 +84,7 @@ std::int64_t WalkPrefetch::runs_skipped() const {
 
 std::size_t WalkPrefetch::planned_pages(const std::vector<std::int64_t>& more) const {
   std::vector<std::int64_t> all(more);
-  for (const auto& [run, plan] : plans_) all.insert(all.end(), plan.pages.begin(), plan.pages.end());
+  for (const auto& [run, planned] : plans_) all.insert(all.end(), planned.begin(), planned.end());
   std::sort(all.begin(), all.end());
   return static_cast<std::size_t>(std::unique(all.begin(), all.end()) - all.begin());
 }
@@ -301,7 +301,7 @@ void WalkPrefetch::serve() {
       continue;
     }
     const bool fits = static_cast<std::int64_t>(planned_pages(pages)) <= room_pages_;
-    plans_[r] = Plan{pages};
+    plans_[r] = pages;
     if (!fits) {
       window_.drop_newest();
       ++skipped_;

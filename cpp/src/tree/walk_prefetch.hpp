@@ -76,9 +76,6 @@ class WalkPrefetch {
     std::int64_t at = -1;    // the furthest run a thread has started (-1: none yet)
     std::int64_t next = -1;  // the next run to plan
   };
-  struct Plan {
-    std::vector<std::int64_t> pages;  // local pages, as footprint() gives them
-  };
   /// Local pages of every plan and of `more` together (their union).
   std::size_t planned_pages(const std::vector<std::int64_t>& more) const;
   void serve();
@@ -151,7 +148,8 @@ class WalkPrefetch {
   std::condition_variable wake_;
   Cursor cursor_;
   Window window_;                       // the prefetch thread's alone
-  std::map<std::int64_t, Plan> plans_;  // runs planned and not yet left behind
+  /// Runs planned and not yet left behind, and their local pages (as footprint() gives them).
+  std::map<std::int64_t, std::vector<std::int64_t>> plans_;
   std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
   /// Local pages whose loads go to the file together (x 1..4 columns), and the requests
   /// in flight at once (BENCHMARKS.md, session 16).
