@@ -247,7 +247,8 @@ void bind_tree(nb::module_& m) {
              std::optional<std::tuple<double, double, double, double>> closing_kick,
              std::optional<std::tuple<std::int64_t, std::vector<std::string>, std::optional<std::int64_t>,
                                       std::array<double, 3>, std::array<double, 3>>>
-                 presort) -> nb::object {
+                 presort,
+             bool kick) -> nb::object {
             if (!closing_kick) {
               nb::gil_scoped_release release;
               t.get().self_forces(acc_field, pot_field);
@@ -259,7 +260,7 @@ void bind_tree(nb::module_& m) {
             {
               nb::gil_scoped_release release;
               PagedTree& tree = t.get();
-              PagedClosingKick kick(t.store(), h, time, tree.threads(), next_h, next_dt);
+              PagedClosingKick closing(t.store(), h, time, tree.threads(), next_h, next_dt, kick);
               std::unique_ptr<WalkRuns> walk_runs;
               if (presort && next_dt > 0) {
                 const auto& [run, carried, id_from_index, lo, hi] = *presort;
@@ -271,12 +272,13 @@ void bind_tree(nb::module_& m) {
                 walk_runs = std::make_unique<WalkRuns>(t.store(), c, run, with_room(origin).cube());
               }
               tree.self_forces(acc_field, pot_field,
-                               [&kick, &walk_runs](std::int64_t b, std::int64_t n, const double* acc, const double* pot) {
-                                 if (kick(b, n, acc, pot) && walk_runs) walk_runs->kicked(b, n);
+                               [&closing, &walk_runs](std::int64_t b, std::int64_t n, const double* acc,
+                                                      const double* pot) {
+                                 if (closing(b, n, acc, pot) && walk_runs) walk_runs->kicked(b, n);
                                });
               if (walk_runs) runs = walk_runs->finish();
-              kick.throw_if_bad();
-              next = kick.next_bounds();
+              closing.throw_if_bad();
+              next = closing.next_bounds();
             }
             nb::object bounds =
                 nb::make_tuple(std::vector<double>(next.lo, next.lo + 3), std::vector<double>(next.hi, next.hi + 3));
@@ -292,12 +294,14 @@ void bind_tree(nb::module_& m) {
             return nb::make_tuple(bounds, d);
           },
           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::arg("closing_kick").none() = nb::none(),
-          nb::arg("presort").none() = nb::none(),
+          nb::arg("presort").none() = nb::none(), nb::arg("kick") = true,
           "Self-gravity into the store's fields. closing_kick (h, t, next_h, next_dt): also vel += h acc run by "
           "run as the walk writes them (IntegrationError at t if a force is not finite), and return the bounds "
           "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give. presort (run, carried, "
           "id_from_index, lo, hi): also make the next sort's runs of `run` particles during the walk, keyed in "
-          "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None).")
+          "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None). "
+          "kick False: closing_kick kicks nothing (a run's first forces): the forces are checked and the bounds "
+          "predicted from the velocities as they are, and presort's runs made from them.")
       .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
       .def_prop_ro("copy_peak_bytes", [](const PagedTreeBox& t) { return t.get().copy_peak_bytes(); },

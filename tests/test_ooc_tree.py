@@ -112,9 +112,10 @@ def test_forces_against_float64_direct_sum(tmp_path):
 
 @pytest.mark.parametrize("threads,buffer", [(1, RUN * 1100), (2, RUN * 1100), (2, RUN_KD * 4000)])
 def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
-    """Several runs (the external merge), or one (sorted in place). The first step kicks and
-    drifts in a pass of its own; the next ones (same dt) inside the sort, in the frame the
-    closing kick predicted; every step's closing kick rides on the walk."""
+    """Several runs (the external merge), or one (sorted in place). After forces() with no
+    next step named, the first step kicks and drifts in a pass of its own; the next ones
+    (same dt) inside the sort, in the frame the closing kick predicted; every step's closing
+    kick rides on the walk."""
     n, dt = 4000, 1 / 64
     p = gp.ic.plummer(n, seed=2)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=threads)
@@ -129,6 +130,7 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
     plain, fused = runs(False), runs(True)
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=threads, page_bytes=PAGE,
                                   sort_buffer=buffer) as o:
+        o.forces()  # no next_dt: nothing predicted for the first step
         first = o.step(dt)
         assert not first.kick_drift_in_sort and first.kick_drift > 0 and first.sort_detail["runs"] == plain
         assert [sum(v[k] for v in first.stage_bytes.values()) for k in (0, 1)] == [first.bytes_read,
@@ -303,6 +305,52 @@ def test_non_finite_force_raises_naming_the_particle(tmp_path):
             o.store.write(f, b, o.store.read(f, a, a + 1))
         with pytest.raises(gp.errors.IntegrationError, match=r"particle (700|1500): its force is not finite"):
             o.step(1 / 64)
+
+
+def test_first_forces_prepare_the_first_steps_kick_drift_and_sort(tmp_path):
+    """What this proves: forces(next_dt), a run's first forces with its step named, leaves
+    the velocities as they are, predicts that step's kick-drift and makes its sort's runs
+    during the walk, so that the first step kicks and drifts inside the sort and goes
+    straight to the merge (no pass of its own), and the steps stay the in-core leapfrog's bit
+    for bit; a step of another dt does not take them; a next_dt that is not > 0 is refused."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=14)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
+    sim.evolve(3 * dt)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    with OutOfCore.from_particles(p, tmp_path / "a", _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
+                                  page_bytes=PAGE) as o:
+        o.presort, o.presort_run = True, 1024
+        with pytest.raises(ValueError, match="next_dt: must be > 0"):
+            o.forces(next_dt=0.0)
+        o.forces(next_dt=dt)
+        assert np.array_equal(o.gather("vel"), p.vel)  # not kicked
+        assert o._next_bounds is not None and o._presorted is not None
+        steps = [o.step(dt) for _ in range(3)]
+        assert all(st.kick_drift_in_sort and st.kick_drift == 0 for st in steps)
+        assert all(st.sort_detail["presorted_used"] for st in steps)
+        assert np.array_equal(o.gather("pos"), sim.particles.pos)
+        assert np.array_equal(o.gather("vel"), sim.particles.vel)
+    with OutOfCore.from_particles(p, tmp_path / "b", _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
+                                  page_bytes=PAGE) as o:
+        o.presort, o.presort_run = True, 1024
+        o.forces(next_dt=dt)
+        st = o.step(dt / 2)  # not the step the forces prepared
+        assert not st.kick_drift_in_sort and st.kick_drift > 0 and not st.sort_detail["presorted_used"]
+
+
+def test_first_forces_with_a_next_step_check_that_every_force_is_finite(tmp_path):
+    """Two particles at one place with eps = 0: forces(next_dt) raises the in-core leapfrog's
+    IntegrationError naming one of them (a step's first forces are checked before its kick)."""
+    n = 2000
+    p = gp.ic.plummer(n, seed=6)
+    pos = p.pos.copy()
+    pos[1500] = pos[700]
+    q = gp.Particles(pos, p.vel, p.mass, p.id)
+    with OutOfCore.from_particles(q, tmp_path, "64MiB", eps=0.0, threads=2, page_bytes=PAGE) as o:
+        with pytest.raises(gp.errors.IntegrationError, match=r"particle (700|1500): its force is not finite"):
+            o.forces(next_dt=1 / 64)
 
 
 @pytest.mark.parametrize("threads,page", [(1, PAGE), (2, PAGE), (2, 3 * PAGE)])
@@ -870,7 +918,8 @@ def test_runs_made_during_the_walk_give_the_sorts_own_steps(tmp_path):
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
     sim.evolve(4 * dt)
     (with_runs, pos1, vel1), (without, pos0, vel0) = _presort_pair(tmp_path, p, dt, 4)
-    assert [d["presorted_used"] for d in with_runs] == [False, True, True, True]
+    # the first forces (in the first step) made the first step's runs too
+    assert [d["presorted_used"] for d in with_runs] == [True, True, True, True]
     assert with_runs[1]["runs"] > 1 and with_runs[1]["seconds_runs"] == 0
     # the worker read its runs (the pages no longer in a frame) and wrote their twins past
     # the cache frames
@@ -894,7 +943,7 @@ def test_runs_made_during_the_walk_are_dropped_when_the_store_changes_or_a_parti
 
     (tmp_path / "w").mkdir()
     (a, pos1, vel1), (_, pos0, vel0) = _presort_pair(tmp_path / "w", p, dt, 3, halve_velocities)
-    assert [d["presorted_used"] for d in a] == [False, False, True]
+    assert [d["presorted_used"] for d in a] == [True, False, True]
     assert np.array_equal(pos0, pos1) and np.array_equal(vel0, vel1)
     vel = p.vel.copy()
     vel[int(np.argmax(p.pos[:, 0]))] = [0.4 / dt, 0, 0]  # out of the room in the second step
@@ -1034,7 +1083,7 @@ def test_a_full_disk_while_the_walk_writes_the_next_sorts_runs(tmp_path):
     r = subprocess.run([sys.executable, "-c", RUNS_DISK_FULL, str(tmp_path), str(budget), str(PAGE)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "FIRST False True" in r.stdout, r.stdout  # the first walk made runs for the second sort
+    assert "FIRST True True" in r.stdout, r.stdout  # the walks made runs for the first and second sorts
     # the error comes from the second walk (its worker writing a run's pages straight to the
     # file), or from the third step's sort making its own runs
     assert "STEPS []" in r.stdout or "STEPS [True]" in r.stdout, r.stdout

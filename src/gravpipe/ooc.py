@@ -5,10 +5,11 @@ A run with files, diagnostics and resume is :mod:`gravpipe.ooc_simulation` (what
 ``Simulation(..., memory_budget=, scratch=)`` builds); this module is its engine.
 
     with OutOfCore.from_particles(p, "/scratch", memory_budget="2GiB", eps=1/256) as ooc:
-        ooc.forces()                     # sort + build + moments + walk: acc, pot on the pages
-        ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick)
-        ooc.step(1/128)                  # the same dt again: the kick-drift rides on the sort,
-                                         # whose runs the last walk made (ooc.presort)
+        ooc.forces(next_dt=1/128)        # sort + build + moments + walk: acc, pot on the pages
+                                         # (and the first step's kick-drift and runs prepared)
+        ooc.step(1/128)                  # one leapfrog step (kick-drift, sort, tree, kick): the
+        ooc.step(1/128)                  # kick-drift rides on the sort, whose runs the last
+                                         # walk made (ooc.presort)
         acc = ooc.gather("acc")          # (N,3) in the caller's order (tests; needs N in memory)
 
 The same tree code as :class:`gravpipe.tree.Tree` (octree rule, moment arithmetic, walk, MAC,
@@ -36,8 +37,10 @@ as it was and the step makes its separate kick-drift pass. Better still, the wal
 next sort's runs itself (``presort``, walk_runs.hpp): a worker kick-drifts, keys and sorts each
 run whose particles the closing kick has finished, in the step's frame, which a step knows
 before its drift ends (the old positions' bounds with room: curve_order.hpp, step_frame, as
-the in-core leapfrog keys its steps); the next sort checks it and only merges. Neither
-changes a bit of the result.
+the in-core leapfrog keys its steps); the next sort checks it and only merges. A run's first
+forces do the same for its first step when they are told its ``dt``
+(``forces(next_dt=dt)``, as :meth:`step` and the run loop call them), kicking nothing. None
+of it changes a bit of the result.
 
 The budget covers everything that grows with N: the page checksum tables, the page cache, the
 tree's cells (128 bytes a cell, ~0.23 N cells for a Plummer sphere, ~0.35 N for a uniform cube
@@ -617,9 +620,18 @@ class OutOfCore:
             self._bounds = (lo.tolist(), hi.tolist())
         return self._bounds
 
-    def forces(self) -> StepTimes:
+    def forces(self, next_dt: float | None = None) -> StepTimes:
         """Sort (if needed), build, moments and the walk: self-gravity of every particle into
-        the store's ``acc`` and ``pot``. Returns the stages' times and page traffic."""
+        the store's ``acc`` and ``pot``. Returns the stages' times and page traffic.
+
+        ``next_dt``: the step that follows (a run's first forces): the walk also checks that
+        every force is finite (IntegrationError naming a particle otherwise), predicts the
+        bounds of that step's kick-drift and makes its sort's runs, as each step's walk does
+        for the next, so that the first :meth:`step` of ``next_dt`` rides its kick-drift on
+        the sort and goes straight to the merge instead of a pass of its own and a sort that
+        makes its runs (N = 1e7 at 1/10: ~3.5 s off the first step, BENCHMARKS.md)."""
+        if next_dt is not None and not (next_dt > 0 and math.isfinite(next_dt)):
+            raise ValueError(f"next_dt: must be > 0, got {next_dt}")
         st = StepTimes()
         before = self.store.stats()
         st.start_traffic(before, self.scratch_device)
@@ -628,17 +640,23 @@ class OutOfCore:
             st.sort_detail = self.sort()
             st.add_stage_bytes("sort", self.store.stats())
         st.sort = time.perf_counter() - t0
-        self._tree_forces(st)
+        if next_dt is None:
+            self._tree_forces(st)
+        else:
+            h = 0.5 * next_dt
+            lo, hi = self._tree_forces(st, closing_kick=(h, self.t, h, next_dt), presort=self.presort, kick=False)
+            self._next_bounds = (next_dt, lo, hi)
         self._traffic(st, before)
         self.last = st
         return st
 
     def _tree_forces(self, st: StepTimes, closing_kick: tuple[float, float, float, float] | None = None,
-                     presort: bool = False):
+                     presort: bool = False, kick: bool = True):
         """Build, moments, walk into ``acc`` and ``pot``; with ``closing_kick`` (h, t, next_h,
         next_dt) also the kick of each run as the walk writes it: returns the predicted bounds
         (lo, hi) of the next kick-drift's positions (PagedTree.self_forces). With ``presort``
-        the walk also makes the next sort's runs (kept in ``_presorted``)."""
+        the walk also makes the next sort's runs (kept in ``_presorted``). ``kick`` False: the
+        closing kick kicks nothing, only checks the forces and predicts (forces(next_dt))."""
         p = self.params
         self._tree = None
         self._have_forces = False  # until this evaluation has written every particle's acc and pot
@@ -663,11 +681,11 @@ class OutOfCore:
         if run:
             carried = self._carried()
             presort_args = (run, carried, None if "id" in carried else self._id_offset, *self._bounds)
-            next_bounds, made = tree.self_forces(closing_kick=closing_kick, presort=presort_args)
+            next_bounds, made = tree.self_forces(closing_kick=closing_kick, presort=presort_args, kick=kick)
             if made is not None:
                 self._presorted = (dict(made), carried, dict(self.store.writes))
         else:
-            next_bounds = tree.self_forces(closing_kick=closing_kick)
+            next_bounds = tree.self_forces(closing_kick=closing_kick, kick=kick)
         st.walk_forces = time.perf_counter() - t1
         self.tree_stats = TreeStats(**tree.stats())
         c = tree.cell_counters()
@@ -686,8 +704,7 @@ class OutOfCore:
         if not (dt > 0 and math.isfinite(dt)):
             raise ValueError(f"dt: must be > 0, got {dt}")
         if not self._have_forces:
-            self.forces()
-            _core.store_check_forces(self.store._core, KICK_BLOCK, self.t)
+            self.forces(next_dt=dt)  # checks them, and prepares this step's kick-drift and sort
         st = StepTimes()
         before = self.store.stats()
         st.start_traffic(before, self.scratch_device)

@@ -118,7 +118,7 @@ class OutOfCoreSimulation(RunLoop):
                 self._origin, self._steps = settings.t0, 0
                 run.t = settings.t0
                 t0 = _time.perf_counter()
-                run.forces()
+                run.forces(next_dt=settings.dt)  # and the first step's kick-drift and sort prepared
                 self._startup_seconds = _time.perf_counter() - t0
                 energy0 = self._energy_now()
                 self.config = RunConfig("tree", "leapfrog", {"dt": settings.dt}, settings.eps, settings.G, "cpu",

@@ -36,9 +36,13 @@ void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block)
 /// a thread's buffers). A run with a non-finite force is left unkicked and remembered:
 /// throw_if_bad() then raises IntegrationError naming the first such particle (its "index",
 /// the caller's order) and the time t.
+/// With `kick` false nothing is kicked (the first forces of a run, before its first step):
+/// the forces are checked and the next kick-drift's bounds predicted from the velocities as
+/// they are.
 class PagedClosingKick {
  public:
-  PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h = 0, double next_dt = 0);
+  PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h = 0, double next_dt = 0,
+                   bool kick = true);
 
   /// Particles [begin, begin + n): acc (3n) and pot (n) just computed. Returns whether they
   /// were kicked (false: a force not finite, remembered for throw_if_bad).
@@ -58,6 +62,7 @@ class PagedClosingKick {
   };
   ParticleStore& s_;
   const double h_, t_, next_h_, next_dt_;
+  const bool kick_;
   std::vector<Buffers> buffers_;  // one per thread
   std::mutex bad_mutex_;
   std::int64_t first_bad_ = -1;

@@ -67,8 +67,14 @@ void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block)
 }
 
 PagedClosingKick::PagedClosingKick(ParticleStore& s, double h, double t, int threads, double next_h,
-                                   double next_dt)
-    : s_(s), h_(h), t_(t), next_h_(next_h), next_dt_(next_dt), buffers_(static_cast<std::size_t>(std::max(threads, 1))) {}
+                                   double next_dt, bool kick)
+    : s_(s),
+      h_(h),
+      t_(t),
+      next_h_(next_h),
+      next_dt_(next_dt),
+      kick_(kick),
+      buffers_(static_cast<std::size_t>(std::max(threads, 1))) {}
 
 bool PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot) {
   const auto thread = static_cast<std::size_t>(omp_get_thread_num());
@@ -81,9 +87,12 @@ bool PagedClosingKick::operator()(std::int64_t begin, std::int64_t n, const doub
   Buffers& b = buffers_[thread];
   const std::int64_t m = 3 * n;
   b.vel.resize(static_cast<std::size_t>(m));
+  if (!kick_ && !(next_dt_ > 0)) return true;
   s_.read("vel", begin, n, b.vel.data());
-  for (std::int64_t k = 0; k < m; ++k) b.vel[k] = kicked(b.vel[k], acc[k], h_);  // LeapfrogIntegrator::step's last loop
-  s_.write("vel", begin, n, b.vel.data());
+  if (kick_) {
+    for (std::int64_t k = 0; k < m; ++k) b.vel[k] = kicked(b.vel[k], acc[k], h_);  // LeapfrogIntegrator::step's last loop
+    s_.write("vel", begin, n, b.vel.data());
+  }
   s_.cool("vel", begin, begin + n);  // done with: these pages give way before the walk's
   if (!(next_dt_ > 0)) return true;
   b.pos.resize(static_cast<std::size_t>(m));
