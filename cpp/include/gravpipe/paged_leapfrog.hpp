@@ -45,7 +45,8 @@ class PagedClosingKick {
                    bool kick = true);
 
   /// Particles [begin, begin + n): acc (3n) and pot (n) just computed. Returns whether they
-  /// were kicked (false: a force not finite, remembered for throw_if_bad).
+  /// were kicked (with `kick` false: whether their forces are finite; false: a force not
+  /// finite, remembered for throw_if_bad).
   bool operator()(std::int64_t begin, std::int64_t n, const double* acc, const double* pot);
 
   /// The store position of the first particle whose force is not finite (-1: none).
