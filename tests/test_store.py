@@ -734,3 +734,23 @@ def test_cooled_pages_give_way_first(tmp_path, cooled, eviction):
         assert np.array_equal(s.read("pot", 0, n), pot)         # the values are untouched
         with pytest.raises(ValueError, match="pot"):
             s.cool("pot", 0, n + 1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc")
+def test_helper_threads_are_named(tmp_path):
+    """The store's read-ahead workers name themselves (top -H, perf and /proc show which
+    helper took the CPU), and the names go with the store."""
+    def names() -> list[str]:
+        out = []
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    out.append(f.read().strip())
+            except OSError:  # the thread ended meanwhile
+                pass
+        return out
+
+    with ParticleStore(tmp_path, 1000, memory_budget="64MiB", page_bytes=PAGE, read_ahead=2) as s:
+        s.write("mass", 0, np.ones(1000))
+        assert names().count("gp-read-ahead") >= 1
+    assert "gp-read-ahead" not in names()

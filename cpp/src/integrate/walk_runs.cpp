@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "gravpipe/thread_name.hpp"
+
 namespace gravpipe {
 
 WalkRuns::WalkRuns(ParticleStore& s, const StoreSortConfig& c, std::int64_t run, const CurveBox& frame)
@@ -37,6 +39,7 @@ void WalkRuns::kicked(std::int64_t begin, std::int64_t n) {
 }
 
 void WalkRuns::serve() {
+  name_this_thread("gp-next-runs");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stop_ || !ready_.empty(); });

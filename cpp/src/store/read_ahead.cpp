@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gravpipe/batched_page_io.hpp"
+#include "gravpipe/thread_name.hpp"
 
 namespace gravpipe {
 
@@ -60,6 +61,7 @@ std::int64_t ReadAhead::failures() const {
 }
 
 void ReadAhead::serve() {
+  name_this_thread("gp-read-ahead");
   // this worker's own requests in flight; where AIO is refused it reads one page at a time
   BatchedPageIo reads(cache_.file(), static_cast<int>(kBatch));
   std::vector<std::int64_t> batch;
