@@ -22,8 +22,9 @@ from gravpipe.ooc import OutOfCore
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _switches() -> dict[str, tuple[int, int, float]]:
-    """Thread id -> (voluntary switches, involuntary switches, CPU seconds) so far (Linux)."""
+def _switches() -> dict[str, tuple[int, int, float, str]]:
+    """Thread id -> (voluntary switches, involuntary switches, CPU seconds, name) so far
+    (Linux; the helpers name themselves: gp-prefetch, gp-next-runs, gp-read-ahead)."""
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -34,7 +35,8 @@ def _switches() -> dict[str, tuple[int, int, float]]:
         except OSError:  # the thread ended meanwhile
             continue
         cpu = (int(stat[11]) + int(stat[12])) / CLOCK_TICKS  # utime + stime
-        out[tid] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]), cpu)
+        out[tid] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]), cpu,
+                    fields.get("Name", "?").strip())
     return out
 
 
@@ -43,7 +45,7 @@ def main() -> None:
     fraction = float(sys.argv[3]) if len(sys.argv) > 3 else 0.1
     p = gp.ic.plummer(n, seed=1)
     with OutOfCore.from_particles(p, scratch, budget(n, fraction), eps=1e-3, threads=2) as o:
-        o.forces()
+        o.forces(next_dt=1 / 128)
         o.step(1 / 128)
         first = _switches()
         last = dict(first)
@@ -65,14 +67,14 @@ def main() -> None:
         last.update(_switches())
     print(f"step {st.total:.2f} s: walk {st.walk_forces:.2f} s, sort {st.sort:.2f} s")
     rows = []
-    for tid, (v, nv, cpu) in last.items():
+    for tid, (v, nv, cpu, name) in last.items():
         if tid in watcher_tid:
             continue
-        v0, nv0, cpu0 = first.get(tid, (0, 0, 0.0))
-        rows.append((v - v0 + nv - nv0, tid, v - v0, nv - nv0, cpu - cpu0, tid in first))
-    for total, tid, v, nv, cpu, old in sorted(rows, reverse=True):
+        v0, nv0, cpu0, _ = first.get(tid, (0, 0, 0.0, name))
+        rows.append((v - v0 + nv - nv0, tid, name, v - v0, nv - nv0, cpu - cpu0, tid in first))
+    for total, tid, name, v, nv, cpu, old in sorted(rows, reverse=True):
         if total > 50 or cpu > 0.05:
-            print(f"thread {tid} ({'before the step' if old else 'new in the step'}): "
+            print(f"thread {tid} {name} ({'before the step' if old else 'new in the step'}): "
                   f"voluntary {v}, involuntary {nv}, CPU {cpu:.2f} s")
 
 
