@@ -629,7 +629,8 @@ class OutOfCore:
         bounds of that step's kick-drift and makes its sort's runs, as each step's walk does
         for the next, so that the first :meth:`step` of ``next_dt`` rides its kick-drift on
         the sort and goes straight to the merge instead of a pass of its own and a sort that
-        makes its runs (N = 1e7 at 1/10: ~3.5 s off the first step, BENCHMARKS.md)."""
+        makes its runs (N = 1e7 at 1/10: the first step ~2 s shorter, the first forces
+        ~0.5 s longer; BENCHMARKS.md, session 28)."""
         if next_dt is not None and not (next_dt > 0 and math.isfinite(next_dt)):
             raise ValueError(f"next_dt: must be > 0, got {next_dt}")
         st = StepTimes()

@@ -23,6 +23,7 @@
 
 #include "cell_moments.hpp"
 #include "gravpipe/error.hpp"
+#include "gravpipe/page_divider.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "octree_split.hpp"
 
@@ -47,12 +48,10 @@ class PagedKeys {
         slots_(s.cache(), kKeySlots, PageCache::Access::Read),
         base_(s.page_of("key", 0, 0)),
         per_page_(s.particles_per_page("key")),
-        last_page_(base_ + (s.size() - 1) / std::max<std::int64_t>(per_page_, 1)) {
-    while ((std::int64_t{1} << shift_) < per_page_) ++shift_;
-    if ((std::int64_t{1} << shift_) != per_page_) shift_ = -1;  // not a power of two: divide
-  }
+        page_of_(per_page_),
+        last_page_(base_ + (s.size() - 1) / std::max<std::int64_t>(per_page_, 1)) {}
   std::uint64_t operator()(std::int64_t i) const {
-    const std::int64_t page = base_ + (shift_ >= 0 ? i >> shift_ : i / per_page_);
+    const std::int64_t page = base_ + page_of_(i);
     const std::int64_t at = i - (page - base_) * per_page_;
     // (at the column's end the window stops growing: no call a key there)
     if (page < from_ || std::min(page + kKeyPagesAhead / 2, last_page_) > hinted_) hint_from(page);
@@ -78,9 +77,10 @@ class PagedKeys {
 
   ParticleStore& store_;
   mutable PinnedSlots slots_;
-  std::int64_t base_, per_page_, last_page_;
+  std::int64_t base_, per_page_;
+  PageDivider page_of_;
+  std::int64_t last_page_;
   mutable std::int64_t from_ = 0, hinted_ = -1;  // the window of pages hinted
-  int shift_ = 0;
 };
 
 using Range = std::pair<std::int64_t, std::int64_t>;

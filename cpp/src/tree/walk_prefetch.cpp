@@ -23,9 +23,8 @@ WalkPrefetch::WalkPrefetch(ParticleStore& store, const PagedCells& cells, const 
       threads_(std::max(threads, 1)),
       depth_(std::max(depth, 1) * threads_),
       per_page_(store.particles_per_page(pos)),
+      page_of_(per_page_),
       reads_(store.file(), kReadDepth) {
-  while (per_page_ > 0 && (std::int64_t{1} << (page_shift_ + 1)) <= per_page_) ++page_shift_;
-  if (page_shift_ >= 0 && (std::int64_t{1} << page_shift_) != per_page_) page_shift_ = -1;  // divide
   for (int c = 0; c < 4; ++c) {
     const std::int64_t base = c < 3 ? store_.page_of(pos, c, 0) : store_.page_of(mass, 0, 0);
     if (std::find(bases_.begin(), bases_.end(), base) == bases_.end()) bases_.push_back(base);
@@ -108,7 +107,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
   const auto add = [&](std::int64_t p) {
     if (!marked[static_cast<std::size_t>(p)]) marked[static_cast<std::size_t>(p)] = 1, pages.push_back(p);
   };
-  for (std::int64_t p = page_of(run.i_begin); p <= page_of(run.i_end - 1); ++p) add(p);
+  for (std::int64_t p = page_of_(run.i_begin); p <= page_of_(run.i_end - 1); ++p) add(p);
   const Acceptor<PagedCellReader> run_acceptor(cells, run, mac_);
   std::vector<Acceptor<PagedCellReader>> member_acceptors;
   member_acceptors.reserve(members.size());
@@ -135,7 +134,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
       // those cells (N = 1e7 at 1/10: ~64% of their cell misses were pages that no
       // footprint had visited, the quiet subtrees' ones).
       if (c.begin >= 0 && c.end > c.begin) {
-        const std::int64_t a = page_of(c.begin), b = page_of(c.end - 1);
+        const std::int64_t a = page_of_(c.begin), b = page_of_(c.end - 1);
         if (b - a <= 1 && marked[static_cast<std::size_t>(a)] && marked[static_cast<std::size_t>(b)]) {
           // unless one of the thread's last plans went through it already, loading its cell
           // pages (consecutive runs share most of their near neighbours)
@@ -157,7 +156,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
       if (c.first_child >= 0) {
         for (std::int32_t q = c.first_child; q < c.first_child + c.n_children; ++q) w.next.push_back(q);
       } else if (c.begin >= 0 && c.end > c.begin) {
-        for (std::int64_t p = page_of(c.begin); p <= page_of(c.end - 1); ++p) add(p);
+        for (std::int64_t p = page_of_(c.begin); p <= page_of_(c.end - 1); ++p) add(p);
       }
     }
     merge_ranges(w.quiet_next);
@@ -166,7 +165,7 @@ void WalkPrefetch::footprint(std::int64_t r, const PagedCellReader& cells, std::
   }
   std::sort(pages.begin(), pages.end());
   // nearest the run's own page first: the run reads its own and its neighbours' first
-  const std::int64_t own = page_of(run.i_begin);
+  const std::int64_t own = page_of_(run.i_begin);
   std::stable_sort(pages.begin(), pages.end(),
                    [own](std::int64_t a, std::int64_t b) { return std::abs(a - own) < std::abs(b - own); });
 }

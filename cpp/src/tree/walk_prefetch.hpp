@@ -44,6 +44,7 @@
 
 #include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/memory_budget.hpp"
+#include "gravpipe/page_divider.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/particle_store.hpp"
 #include "gravpipe/tree.hpp"
@@ -139,10 +140,7 @@ class WalkPrefetch {
   const std::int64_t threads_;
   const std::int64_t depth_;  // runs planned past the furthest started: depth a thread x threads
   std::int64_t per_page_;
-  int page_shift_ = -1;  // log2(per_page_) when it is a power of two, else -1
-  /// The local page of particle i: a shift where the page holds a power of two of particles
-  /// (the footprint takes two a cell: N = 1e7, the divisions were a visible part of its time).
-  std::int64_t page_of(std::int64_t i) const { return page_shift_ >= 0 ? i >> page_shift_ : i / per_page_; }
+  PageDivider page_of_;  // the local page of a particle (two a cell in the footprint)
   std::vector<std::int64_t> bases_;  // the distinct first pages of the x, y, z, m columns
   Reservation table_charge_;
   std::vector<std::pair<std::size_t, std::size_t>> runs_;
