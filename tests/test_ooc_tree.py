@@ -292,6 +292,31 @@ def test_sort_with_overlapped_reads_gives_the_same_bits(tmp_path, kick_drift):
         assert np.array_equal(out[True][1][f], v), f
 
 
+@pytest.mark.parametrize("carried", [["pos", "mass"], ["pos", "vel", "mass", "id"]])
+def test_permute_lanes_move_every_field_with_its_particle(tmp_path, carried):
+    """The permute's two lanes side by side (the positions and masses in one, velocities and
+    ids in the other): every carried field lands with its particle, in (key, index) order,
+    as the caller's arrays permuted by numpy say; a sort of the positions and masses alone
+    takes one lane."""
+    n = 5000
+    p = gp.ic.plummer(n, seed=13)
+    p = gp.Particles(p.pos, p.vel, p.mass, np.arange(n) * 7 + 5)
+    with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE, eps=EPS, threads=2, page_bytes=PAGE,
+                                  sort_buffer=RUN * 1024) as o:
+        o.store.write("vel", 0, o.store.read("vel", 0, n)[::-1].copy())  # out of curve order
+        index = o.store.read("index", 0, n)
+        by_index = {f: np.empty_like(o.store.read(f, 0, n)) for f in carried}
+        for f in carried:
+            by_index[f][index] = o.store.read(f, 0, n)
+        d = _core.store_sort_by_curve(o.store._core, carried, RUN * 1024, 2, None, True)
+        assert d["runs"] > 1 and d["permute_lanes"] == (2 if "vel" in carried else 1)
+        index, key = o.store.read("index", 0, n), o.store.read("key", 0, n)
+        assert np.array_equal(np.lexsort((index, key)), np.arange(n))
+        assert np.array_equal(np.sort(index), np.arange(n))
+        for f in carried:
+            assert np.array_equal(o.store.read(f, 0, n), by_index[f][index]), f
+
+
 def test_non_finite_force_raises_naming_the_particle(tmp_path):
     """Two particles that the drift brings to one place (eps = 0): the closing kick, riding
     on the walk, raises the in-core leapfrog's IntegrationError naming one of them."""
