@@ -314,6 +314,7 @@ void bind_store(nb::module_& m) {
           d["seconds_merge"] = st.seconds_merge;
           d["seconds_permute"] = st.seconds_permute;
           d["permute_lanes"] = st.permute_lanes;
+          d["permute_in_merge"] = st.permute_in_merge;
           d["bytes_runs"] = std::vector<std::int64_t>{st.runs_read, st.runs_written};
           d["bytes_merge"] = std::vector<std::int64_t>{st.merge_read, st.merge_written};
           d["bytes_permute"] = std::vector<std::int64_t>{st.permute_read, st.permute_written};

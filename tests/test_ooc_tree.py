@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -295,7 +296,8 @@ def test_sort_with_overlapped_reads_gives_the_same_bits(tmp_path, kick_drift):
 @pytest.mark.parametrize("carried", [["pos", "mass"], ["pos", "vel", "mass", "id"]])
 def test_permute_lanes_move_every_field_with_its_particle(tmp_path, carried):
     """The permute's two lanes side by side (the positions and masses in one, velocities and
-    ids in the other): every carried field lands with its particle, in (key, index) order,
+    ids in the other, which starts during the merge and follows it): every carried field
+    lands with its particle, in (key, index) order,
     as the caller's arrays permuted by numpy say; a sort of the positions and masses alone
     takes one lane."""
     n = 5000
@@ -310,6 +312,7 @@ def test_permute_lanes_move_every_field_with_its_particle(tmp_path, carried):
             by_index[f][index] = o.store.read(f, 0, n)
         d = _core.store_sort_by_curve(o.store._core, carried, RUN * 1024, 2, None, True)
         assert d["runs"] > 1 and d["permute_lanes"] == (2 if "vel" in carried else 1)
+        assert d["permute_in_merge"] == ("vel" in carried)  # the velocities' lane followed the merge
         index, key = o.store.read("index", 0, n), o.store.read("key", 0, n)
         assert np.array_equal(np.lexsort((index, key)), np.arange(n))
         assert np.array_equal(np.sort(index), np.arange(n))
@@ -1007,6 +1010,33 @@ def test_flipped_bit_in_a_page_the_walks_worker_reads_past_the_cache(tmp_path, m
             o.step(dt)
         assert e.value.page == flipped[0] and o.store.stats()["read_past"] > 0
         assert o._presorted is None
+        del e  # its traceback holds the walk's tree (and its cell file) alive
+    finally:
+        o.close()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("field", ["key~", "vel~"])
+def test_flipped_bit_met_by_the_merge_or_the_permute_lane_beside_it(tmp_path, field):
+    """What this proves: while the merge runs, the permute's second lane (the velocities)
+    follows it; a flipped bit in a run's page that the merge reads (key~) or that the lane
+    reads (vel~) raises ChecksumError naming that page from the step, with neither side left
+    waiting for the other, and the scratch file is removed."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=11)
+    o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
+    try:
+        o.presort, o.presort_run = True, 1024
+        o.forces(next_dt=dt)
+        st = o.step(dt)  # its sort's runs were made by the first walk
+        assert st.sort_detail["presorted_used"] and st.sort_detail["permute_in_merge"]
+        assert st.sort_detail["permute_lanes"] == 2
+        o.store.evict_all()  # the next sort's runs, made by this walk, in the file only
+        page = o.store.page_of(field, 0, n // 2)
+        _flip_a_bit(o.store.path, page * PAGE + 8)
+        with pytest.raises(ChecksumError, match=rf"\(field '{re.escape(field)}' component 0, .*is corrupt") as e:
+            o.step(dt)
+        assert e.value.page == page
         del e  # its traceback holds the walk's tree (and its cell file) alive
     finally:
         o.close()

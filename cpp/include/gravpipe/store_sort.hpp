@@ -124,6 +124,7 @@ struct StoreSortStats {
   bool kick_drift_applied = false;
   bool presorted_used = false;  // the runs were made ahead (config.presorted)
   int permute_lanes = 0;        // the permute's lanes side by side (0: no permute, one run)
+  bool permute_in_merge = false;  // its second lane started during the merge
   double seconds_bounds = 0, seconds_runs = 0, seconds_merge = 0, seconds_permute = 0;
   /// Bytes read and written by each pass (the store's counters around it)
   std::int64_t runs_read = 0, runs_written = 0, merge_read = 0, merge_written = 0, permute_read = 0,
