@@ -577,13 +577,14 @@ PermutePlan plan_permute(const ParticleStore& s, const StoreSortConfig& c,
   plan.lanes.resize(2);
   for (const auto& set : sets) plan.lanes[body_columns(set)[0] >= 0 ? 0 : 1].push_back(set);
   if (plan.lanes[0].empty() || plan.lanes[1].empty()) plan.lanes.assign(1, sets);
+  const auto values_in = [](std::uint64_t bytes) { return static_cast<std::int64_t>(bytes / kPermuteBytesPerValue); };
   const auto lanes = static_cast<std::int64_t>(plan.lanes.size());
-  const std::int64_t room = std::min<std::int64_t>(kPermuteMaxValues, static_cast<std::int64_t>(c.buffer_bytes / kPermuteBytesPerValue)) / lanes;
+  const std::int64_t room = std::min(kPermuteMaxValues, values_in(c.buffer_bytes)) / lanes;
   for (const auto& lane : plan.lanes) {
     // lane 1 starts during the merge, its buffers out of the heads': at most ~1/8 of the
     // buffer (N = 1e7 at 1/10: its full half chunk, 4.7 of the 40 MB)
     const bool early = &lane != &plan.lanes.front();
-    plan.sizes.emplace_back(s, early ? std::min<std::int64_t>(room, static_cast<std::int64_t>(c.buffer_bytes / kPermuteBytesPerValue / 8)) : room, lane);
+    plan.sizes.emplace_back(s, early ? std::min(room, values_in(c.buffer_bytes / 8)) : room, lane);
     plan.bytes += plan.sizes.back().bytes(c.observer != nullptr);
   }
   return plan;
