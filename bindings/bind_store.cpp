@@ -149,6 +149,8 @@ nb::dict bindings::counters_dict(const StoreCounters& c) {
 }
 
 void bind_store(nb::module_& m) {
+  m.def("page_table_bytes_per_page", [] { return PageCache::kTableBytesPerPage; },
+        "Bytes a page of a scratch file costs the budget, cached or not: its CRC32C, written flag and frame.");
   m.def("crc32c", [](Bytes data, const std::string& impl) {
     const Crc32cImpl which = impl == "auto" ? Crc32cImpl::Auto : impl == "sse4.2" ? Crc32cImpl::Sse42
                              : impl == "portable" ? Crc32cImpl::Portable

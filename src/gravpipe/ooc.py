@@ -357,7 +357,8 @@ def plan_budget(n: int, memory_budget: int, page_bytes: int, threads: int, n_lea
 
 
 def _tables(n: int, page_bytes: int) -> int:
-    return page_count(n, page_bytes, OOC_FIELDS) * 5  # a CRC32C and a written flag a page
+    # a CRC32C, a written flag and a frame a page (PageCache::kTableBytesPerPage)
+    return page_count(n, page_bytes, OOC_FIELDS) * int(_core.page_table_bytes_per_page())
 
 
 class OutOfCore:

@@ -14,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "gravpipe/aligned_buffer.hpp"
@@ -54,6 +53,10 @@ class PageHandle {
 
 class PageCache {
  public:
+  /// Bytes a page of the file costs the budget whether cached or not: its CRC32C, its
+  /// written flag and the frame that holds it (the page table).
+  static constexpr std::uint64_t kTableBytesPerPage = sizeof(std::uint32_t) + 1 + sizeof(std::int32_t);
+
   enum class Access {
     Read,       // the page's bytes as stored
     Modify,     // read, and the caller changes some bytes: dirty
@@ -200,7 +203,17 @@ class PageCache {
   /// through failed (reads raise StoreError: the file holds no valid bytes of it)
   static constexpr std::uint8_t kNotStored = 0, kStored = 1, kWriteFailed = 2;
   std::vector<std::uint8_t> written_;
-  std::unordered_map<std::int64_t, int> table_;  // resident (or busy) page -> frame
+  /// Per page, the frame that holds it (resident, or busy: while a frame's old page is
+  /// written back, its old and new pages both map to it), or kNoFrame: one load under the
+  /// lock, not a hash lookup (a compute thread pins a block's pages several times a group).
+  static constexpr std::int32_t kNoFrame = -1;
+  std::vector<std::int32_t> table_;
+  int frame_of(std::int64_t page) const {
+    return page >= 0 && page < pages_ ? table_[static_cast<std::size_t>(page)] : kNoFrame;
+  }
+  void unmap(std::int64_t page) {
+    if (page >= 0 && page < pages_) table_[static_cast<std::size_t>(page)] = kNoFrame;
+  }
   std::unique_ptr<EvictionPolicy> policy_;
   StoreCounters counters_;
   std::int64_t prefetched_unused_ = 0;  // frames loaded by prefetch and not pinned since

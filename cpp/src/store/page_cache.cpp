@@ -46,7 +46,7 @@ PageCache::PageCache(const PageFile& file, std::int64_t pages, std::int64_t fram
     : file_(file), pages_(pages), page_bytes_(file.page_bytes()), eviction_(eviction), budget_(&budget) {
   if (frames < 1) throw InputError("page cache: needs at least one frame");
   const auto nframes = static_cast<std::uint64_t>(frames);
-  tables_charge_ = budget.reserve(static_cast<std::uint64_t>(pages) * (sizeof(std::uint32_t) + 1),
+  tables_charge_ = budget.reserve(static_cast<std::uint64_t>(pages) * kTableBytesPerPage,
                                   "the page checksum table (" + std::to_string(pages) + " pages)");
   frames_charge_ = budget.reserve(nframes * page_bytes_, "the page cache (" + std::to_string(frames) +
                                                              " frames of " + format_bytes(page_bytes_) + ")");
@@ -54,6 +54,7 @@ PageCache::PageCache(const PageFile& file, std::int64_t pages, std::int64_t fram
   frames_.resize(nframes);
   crc_.assign(static_cast<std::size_t>(pages), 0);
   written_.assign(static_cast<std::size_t>(pages), 0);
+  table_.assign(static_cast<std::size_t>(pages), kNoFrame);
   policy_ = std::make_unique<EvictionPolicy>(eviction, nframes);
 }
 
@@ -104,9 +105,9 @@ bool PageCache::prefetch(std::int64_t page) {
 
 bool PageCache::resident(std::int64_t page) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = table_.find(page);
-  return it != table_.end() && frames_[static_cast<std::size_t>(it->second)].state == State::Ready &&
-         frames_[static_cast<std::size_t>(it->second)].page == page;
+  const int f = frame_of(page);
+  return f != kNoFrame && frames_[static_cast<std::size_t>(f)].state == State::Ready &&
+         frames_[static_cast<std::size_t>(f)].page == page;
 }
 
 int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* stalled) {
@@ -120,10 +121,9 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* st
     if (stalled != nullptr) *stalled = true;
   };
   for (;;) {
-    const auto it = table_.find(page);
-    if (it != table_.end()) {
+    const int f = frame_of(page);
+    if (f != kNoFrame) {
       if (prefetch) return -1;  // here or on its way
-      const int f = it->second;
       Frame& fr = frames_[static_cast<std::size_t>(f)];
       if (fr.state == State::Busy || fr.page != page) {  // being loaded, or its frame being written back
         start_stall();
@@ -271,7 +271,7 @@ PageCache::Claim PageCache::claim(int f, std::int64_t page, bool prefetch) {
   Frame& fr = frames_[static_cast<std::size_t>(f)];
   const Claim c{f, page, fr.page, fr.state == State::Ready && fr.dirty, prefetch};
   if (c.old >= 0 && !c.write_old) {
-    table_.erase(c.old);
+    unmap(c.old);
     ++counters_.evictions;
   }
   // While busy, both the old page (if it is being written back) and the new one map to this
@@ -280,7 +280,7 @@ PageCache::Claim PageCache::claim(int f, std::int64_t page, bool prefetch) {
   fr.state = State::Busy;
   if (fr.prefetched) --prefetched_unused_;  // evicted unused
   fr.prefetched = false;
-  table_[page] = f;
+  table_[static_cast<std::size_t>(page)] = f;
   if (prefetch) ++prefetches_in_flight_;
   return c;
 }
@@ -295,14 +295,14 @@ void PageCache::write_back_claimed(const Claim& c, std::unique_lock<std::mutex>&
   } catch (...) {
     lock.lock();
     if (c.prefetch) --prefetches_in_flight_;
-    table_.erase(c.page);  // keep the old page, still dirty: its data exists nowhere else
+    unmap(c.page);  // keep the old page, still dirty: its data exists nowhere else
     fr.page = c.old;
     fr.state = State::Ready;
     changed_.notify_all();
     throw;
   }
   lock.lock();
-  table_.erase(c.old);
+  unmap(c.old);
   ++counters_.evictions;
   fr.dirty = false;
 }
@@ -310,7 +310,7 @@ void PageCache::write_back_claimed(const Claim& c, std::unique_lock<std::mutex>&
 // With the lock held: the claimed page could not be read; its frame is left empty.
 void PageCache::drop_claim(const Claim& c) {
   if (c.prefetch) --prefetches_in_flight_;
-  table_.erase(c.page);
+  unmap(c.page);
   frames_[static_cast<std::size_t>(c.frame)] = Frame{};
   changed_.notify_all();
 }
@@ -345,7 +345,7 @@ std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPag
     bool full = false;
     for (std::size_t k = 0; k < pages.size() && !full;) {
       const std::int64_t page = pages[k];
-      if (page < 0 || page >= pages_ || table_.count(page) != 0) {  // here or on its way
+      if (page < 0 || page >= pages_ || frame_of(page) != kNoFrame) {  // here or on its way
         ++k;
         continue;
       }
@@ -428,22 +428,22 @@ void PageCache::write_back(std::int64_t page, const unsigned char* data) {
 std::optional<PageHandle> PageCache::pin_if_resident(std::int64_t page) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    const auto it = table_.find(page);
-    if (it == table_.end()) return std::nullopt;
-    Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+    const int f = frame_of(page);
+    if (f == kNoFrame) return std::nullopt;
+    Frame& fr = frames_[static_cast<std::size_t>(f)];
     if (fr.state == State::Busy || fr.page != page) {  // being loaded, or its frame being written back
       changed_.wait(lock);
       continue;
     }
     ++fr.pins;
-    policy_->touch(static_cast<std::size_t>(it->second));
+    policy_->touch(static_cast<std::size_t>(f));
     if (fr.prefetched) {
       ++counters_.prefetch_hits;
       --prefetched_unused_;
       fr.prefetched = false;
     }
     ++counters_.hits;
-    return PageHandle(this, it->second, frame_data(it->second));
+    return PageHandle(this, f, frame_data(f));
   }
 }
 
@@ -488,16 +488,16 @@ void PageCache::write_through(Span<const BatchedPageIo::Page> pages, BatchedPage
     std::unique_lock<std::mutex> lock(mutex_);
     for (const BatchedPageIo::Page& p : pages) {
       for (;;) {
-        const auto it = table_.find(p.page);
-        if (it == table_.end()) break;
-        Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+        const int f = frame_of(p.page);
+        if (f == kNoFrame) break;
+        Frame& fr = frames_[static_cast<std::size_t>(f)];
         if (fr.state == State::Busy) {  // its load or its frame's write-back must finish first
           changed_.wait(lock);
           continue;
         }
         if (fr.pins > 0)
           throw std::logic_error("page cache: write-through of " + describe(p.page) + ", which is pinned");
-        table_.erase(it);
+        unmap(p.page);
         if (fr.prefetched) --prefetched_unused_;
         fr = Frame{};
         changed_.notify_all();
@@ -557,10 +557,10 @@ void PageCache::unpin(int f) {
 void PageCache::cool(std::int64_t first, std::int64_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t page = std::max<std::int64_t>(first, 0); page < std::min(first + count, pages_); ++page) {
-    const auto it = table_.find(page);
-    if (it == table_.end()) continue;
-    const Frame& fr = frames_[static_cast<std::size_t>(it->second)];
-    if (fr.state == State::Ready && fr.pins == 0 && fr.page == page) policy_->cool(static_cast<std::size_t>(it->second));
+    const int f = frame_of(page);
+    if (f == kNoFrame) continue;
+    const Frame& fr = frames_[static_cast<std::size_t>(f)];
+    if (fr.state == State::Ready && fr.pins == 0 && fr.page == page) policy_->cool(static_cast<std::size_t>(f));
   }
 }
 
@@ -607,7 +607,7 @@ void PageCache::set_frames(std::int64_t frames) {
   memory_ = AlignedBuffer();  // freed before the new frames are taken
   memory_ = AlignedBuffer(n * page_bytes_);
   frames_.assign(n, Frame{});
-  table_.clear();
+  std::fill(table_.begin(), table_.end(), kNoFrame);
   policy_ = std::make_unique<EvictionPolicy>(eviction_, n);
   prefetched_unused_ = 0;
   changed_.notify_all();
@@ -620,15 +620,15 @@ void PageCache::discard(std::int64_t first, std::int64_t count) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (std::int64_t page = first; page < first + count; ++page) {
     for (;;) {
-      const auto it = table_.find(page);
-      if (it == table_.end()) break;
-      Frame& fr = frames_[static_cast<std::size_t>(it->second)];
+      const int f = frame_of(page);
+      if (f == kNoFrame) break;
+      Frame& fr = frames_[static_cast<std::size_t>(f)];
       if (fr.state == State::Busy) {  // its load or its frame's write-back must finish first
         changed_.wait(lock);
         continue;
       }
       if (fr.pins == 0) {
-        table_.erase(it);
+        unmap(page);
         if (fr.prefetched) --prefetched_unused_;
         fr = Frame{};
         changed_.notify_all();
@@ -637,7 +637,7 @@ void PageCache::discard(std::int64_t first, std::int64_t count) {
     }
     // not mapped: no I/O of it is in flight (a busy page stays mapped), so its flag is ours.
     // Cleared, the page reads as zeros (read_in) and counts no bytes read.
-    if (table_.find(page) == table_.end()) written_[static_cast<std::size_t>(page)] = kNotStored;
+    if (frame_of(page) == kNoFrame) written_[static_cast<std::size_t>(page)] = kNotStored;
   }
 }
 
@@ -646,7 +646,7 @@ void PageCache::evict_all() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Frame& fr : frames_) {
     if (fr.pins > 0 || fr.state != State::Ready || fr.dirty) continue;
-    table_.erase(fr.page);
+    unmap(fr.page);
     if (fr.prefetched) --prefetched_unused_;
     fr = Frame{};
   }

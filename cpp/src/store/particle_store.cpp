@@ -15,7 +15,7 @@ namespace gravpipe {
 namespace {
 
 constexpr std::int64_t kElementBytes = 8;  // float64 or int64
-constexpr std::uint64_t kTableBytesPerPage = sizeof(std::uint32_t) + 1;  // CRC + written flag
+constexpr std::uint64_t kTableBytesPerPage = PageCache::kTableBytesPerPage;
 /// Workers of the read-ahead: loads in flight at once. A virtual disk serves several reads
 /// far faster than one at a time (64 KiB O_DIRECT random reads, fio: 0.42 GB/s at depth 1,
 /// 0.79 at 4, 0.93 at 8), and the permute's hinted pages load side by side (N = 1e7, 1/10

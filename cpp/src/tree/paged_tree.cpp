@@ -41,7 +41,7 @@ std::int64_t task_particles(std::int64_t n, int threads, int n_leaf) {
 
 std::uint64_t PagedTree::least_bytes(std::int64_t cells, std::int64_t groups, std::size_t page_bytes, int threads) {
   const auto pages = static_cast<std::uint64_t>(PagedCells::pages_for(cells, page_bytes));
-  return static_cast<std::uint64_t>(PagedCells::least_frames(threads)) * page_bytes + pages * 5 +
+  return static_cast<std::uint64_t>(PagedCells::least_frames(threads)) * page_bytes + pages * PageCache::kTableBytesPerPage +
          PagedCells::reader_table_bytes(static_cast<std::int64_t>(pages), threads) + static_cast<std::uint64_t>(groups) * sizeof(Group);
 }
 
