@@ -146,7 +146,7 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* st
       }
       return f;
     }
-    const auto evictable = [this](std::size_t f) { return frames_[f].pins == 0 && frames_[f].state != State::Busy; };
+    const auto evictable = [this](std::size_t k) { return frames_[k].pins == 0 && frames_[k].state != State::Busy; };
     // a prefetch takes only a cold frame, and only while few prefetched pages wait unused:
     // speculative loads never push out what the compute threads use
     const int victim = !prefetch                                  ? policy_->victim(evictable)
@@ -161,12 +161,12 @@ int PageCache::acquire(std::int64_t page, Access access, bool prefetch, bool* st
     }
     if (victim >= 0) {
       if (!prefetch) start_stall();
-      const int f = load_into(victim, page, access, prefetch, lock);
+      const int loaded = load_into(victim, page, access, prefetch, lock);
       if (!prefetch) {
         ++counters_.misses;
         counters_.stall_seconds += seconds_since(t0);
       }
-      return f;
+      return loaded;
     }
     if (prefetch) return -1;  // every frame in use: read-ahead never waits
     start_stall();
@@ -341,7 +341,7 @@ std::int64_t PageCache::prefetch_many(Span<const std::int64_t> pages, BatchedPag
   std::int64_t failed = 0;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    const auto evictable = [this](std::size_t f) { return frames_[f].pins == 0 && frames_[f].state != State::Busy; };
+    const auto evictable = [this](std::size_t k) { return frames_[k].pins == 0 && frames_[k].state != State::Busy; };
     bool full = false;
     for (std::size_t k = 0; k < pages.size() && !full;) {
       const std::int64_t page = pages[k];
