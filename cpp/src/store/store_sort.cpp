@@ -565,10 +565,14 @@ struct PermuteSizes {
 /// alternating steps, 5 rounds, permute median 0.943 -> 0.838 s, lower in every round. The
 /// lanes share the one lane's buffer (half its chunk each), so the budget left to the
 /// observer (the tree's build) is the same. One lane where the sets do not split.
+/// Lane 1 starts during the merge, its buffers (at most ~1/8 of the sort buffer: N = 1e7 at
+/// 1/10, its full half chunk, 4.7 of the 40 MB) out of the merge heads' share, where they
+/// leave the heads at least 3/4 of it.
 struct PermutePlan {
   std::vector<std::vector<std::vector<CarriedColumn>>> lanes;
   std::vector<PermuteSizes> sizes;
-  std::uint64_t bytes = 0;  // every lane's buffers
+  std::uint64_t bytes = 0;        // every lane's buffers
+  std::uint64_t in_merge = 0;     // bytes of lane 1's buffers when it starts during the merge, else 0
 };
 
 PermutePlan plan_permute(const ParticleStore& s, const StoreSortConfig& c,
@@ -581,12 +585,12 @@ PermutePlan plan_permute(const ParticleStore& s, const StoreSortConfig& c,
   const auto lanes = static_cast<std::int64_t>(plan.lanes.size());
   const std::int64_t room = std::min(kPermuteMaxValues, values_in(c.buffer_bytes)) / lanes;
   for (const auto& lane : plan.lanes) {
-    // lane 1 starts during the merge, its buffers out of the heads': at most ~1/8 of the
-    // buffer (N = 1e7 at 1/10: its full half chunk, 4.7 of the 40 MB)
-    const bool early = &lane != &plan.lanes.front();
-    plan.sizes.emplace_back(s, early ? std::min(room, values_in(c.buffer_bytes / 8)) : room, lane);
+    const bool second = &lane != &plan.lanes.front();
+    plan.sizes.emplace_back(s, second ? std::min(room, values_in(c.buffer_bytes / 8)) : room, lane);
     plan.bytes += plan.sizes.back().bytes(c.observer != nullptr);
   }
+  if (plan.lanes.size() > 1 && plan.sizes[1].bytes(false) <= c.buffer_bytes / 4)
+    plan.in_merge = plan.sizes[1].bytes(false);
   return plan;
 }
 
@@ -921,11 +925,10 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
   const std::vector<std::vector<CarriedColumn>> sets = columns_by_page(s, c);
   const PermutePlan plan = plan_permute(s, c, sets);
   st.permute_lanes = static_cast<int>(plan.lanes.size());
-  const std::uint64_t early_bytes = plan.lanes.size() > 1 ? plan.sizes[1].bytes(false) : 0;
-  const bool early = early_bytes > 0 && early_bytes <= c.buffer_bytes / 4;
+  const bool early = plan.in_merge > 0;
   st.permute_in_merge = early;
   // the heads share the rest of the buffer (two int64 a buffered particle)
-  const std::uint64_t heads_bytes = c.buffer_bytes - (early ? early_bytes : 0);
+  const std::uint64_t heads_bytes = c.buffer_bytes - plan.in_merge;
   const std::int64_t head_size = std::max<std::int64_t>(1, static_cast<std::int64_t>(heads_bytes / 16) / k_runs);
   for (std::int64_t r = 0; r < k_runs; ++r) {
     RunHead& h = heads[r];
