@@ -386,4 +386,21 @@ void bind_store(nb::module_& m) {
         nb::arg("directory"), nb::arg("block_bytes"), nb::arg("repeats"), nb::arg("io_mode") = "auto",
         "Seconds per block write and read (lists of `repeats`) to a new scratch file in `directory`, and the I/O "
         "mode used.");
+
+  m.def("time_page_checksum",
+        [](std::size_t page_bytes, std::size_t pages, int hot_repeats) {
+          ChecksumTiming t;
+          {
+            nb::gil_scoped_release release;
+            t = time_page_checksum(page_bytes, pages, hot_repeats);
+          }
+          nb::dict d;
+          d["cold_gb_s"] = t.cold_gb_s;
+          d["hot_gb_s"] = t.hot_gb_s;
+          d["implementation"] = t.implementation;
+          return d;
+        },
+        nb::arg("page_bytes") = 65536, nb::arg("pages") = 4096, nb::arg("hot_repeats") = 4096,
+        "CRC32C speed (GB/s, 1e9 bytes) on `pages` pages out of the CPU's caches (cold_gb_s) and on one page in them "
+        "(hot_gb_s), and the implementation that ran.");
 }

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from gravpipe import _core
 from gravpipe.bench import storage
 from gravpipe.cli import main
 
@@ -24,6 +26,9 @@ def test_storage_rows_fits_and_plot(tmp_path):
     assert {(f.device, f.direction) for f in fitted} == {(d, k) for d in ("disk", "shm") for k in ("write", "read")}
     assert all(np.isfinite(f.seconds_per_byte) for f in fitted)
     assert info["disk"]["fstype"] != "?" and info["memcpy_gb_s"] > 0
+    crc = info["page_checksum"]
+    assert crc["implementation"] == _core.crc32c_implementation() and crc["page_bytes"] == 65536
+    assert crc["cold_gb_s"] > 0 and crc["hot_gb_s"] > 0
     assert list(disk.iterdir()) == [] and list(shm.iterdir()) == []  # scratch files removed
     png = tmp_path / "s.png"
     storage.plot(rows, fitted, info, str(png))
@@ -35,5 +40,12 @@ def test_cli_bench_storage_writes_json(tmp_path, capsys):
     assert main(["bench", "storage", "--scratch", str(tmp_path), "--sizes", "4096", "8192", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "storage" and len(doc["fits"]) in (2, 4)
-    assert "fit disk write" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fit disk write" in printed and "page checksum (CRC32C" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_page_checksum_timing_refuses_empty_sizes():
+    for bad in ((0, 4, 1), (4096, 0, 1), (4096, 4, 0)):
+        with pytest.raises(ValueError, match="time_page_checksum"):
+            _core.time_page_checksum(*bad)

@@ -749,6 +749,10 @@ def _bench_storage(args: argparse.Namespace) -> int:
                       highlight=False)
     fit = {(f.device, f.direction): f for f in fitted}
     console.print(f"reference: memcpy {devices['memcpy_gb_s']:.2f} GB/s", highlight=False)
+    crc = devices["page_checksum"]
+    console.print(f"page checksum (CRC32C, {crc['implementation']}, {crc['page_bytes'] // 1024} KiB pages): "
+                  f"{crc['cold_gb_s']:.1f} GB/s on pages out of the caches (as read from disk), "
+                  f"{crc['hot_gb_s']:.1f} GB/s in them", highlight=False)
     if "shm" in devices:  # the smallest block measured, not the fitted C1 (noise can push it <= 0)
         b0 = min(r["bytes"] for r in rows)
         for d in ("write", "read"):

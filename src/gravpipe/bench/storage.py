@@ -109,6 +109,7 @@ def run(disk_dir: str | None = None, shm_dir: str = SHM, sizes: list[int] | None
                        "io_modes": sorted({r["io_detail"] for r in rows if r["device"] == name})}
                 for name, d in devices.items()}
         info["memcpy_gb_s"] = memcpy_gb_s()
+        info["page_checksum"] = dict(_core.time_page_checksum(), page_bytes=65536)
         return rows, info
     finally:
         if made:
