@@ -272,7 +272,7 @@ void bind_store(nb::module_& m) {
   m.def("store_sort_by_curve",
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
-           bool overlap_reads, std::optional<std::int64_t> id_from_index,
+           bool overlap_reads,
            std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin,
            std::optional<std::tuple<std::int64_t, std::array<double, 3>, double, double, double, std::array<double, 3>,
                                     std::array<double, 3>>>
@@ -281,7 +281,6 @@ void bind_store(nb::module_& m) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
-          config.id_from_index = id_from_index;
           if (drift_origin) {
             AxisBounds b;
             const auto& [lo, hi] = *drift_origin;
@@ -330,14 +329,14 @@ void bind_store(nb::module_& m) {
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
         nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
-        nb::arg("id_from_index").none() = nb::none(), nb::arg("drift_origin").none() = nb::none(),
+        nb::arg("drift_origin").none() = nb::none(),
         nb::arg("presorted").none() = nb::none(), nb::arg("tree").none() = nb::none(),
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
         "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
         "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
         "unchanged) when the prediction missed. overlap_reads: with several runs, the next run is read on a "
-        "loader thread meanwhile (shorter runs; the same bits). id_from_index: the ids are index + this offset; "
-        "'id' is then written from the sorted index instead of carried (leave it out of carried). drift_origin "
+        "loader thread meanwhile (shorter runs; the same bits). A field left out of carried keeps its "
+        "pages as they were (the store's derive_from serves ids that are the index plus a constant). drift_origin "
         "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
         "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "
         "the bounds of the positions sorted. presorted (run, frame_lo, frame_scale, h, dt, drifted_lo, drifted_hi): "

@@ -245,8 +245,8 @@ void bind_tree(nb::module_& m) {
           "self_forces",
           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,
              std::optional<std::tuple<double, double, double, double>> closing_kick,
-             std::optional<std::tuple<std::int64_t, std::vector<std::string>, std::optional<std::int64_t>,
-                                      std::array<double, 3>, std::array<double, 3>>>
+             std::optional<
+                 std::tuple<std::int64_t, std::vector<std::string>, std::array<double, 3>, std::array<double, 3>>>
                  presort,
              bool kick) -> nb::object {
             if (!closing_kick) {
@@ -263,9 +263,8 @@ void bind_tree(nb::module_& m) {
               PagedClosingKick closing(t.store(), h, time, tree.threads(), next_h, next_dt, kick);
               std::unique_ptr<WalkRuns> walk_runs;
               if (presort && next_dt > 0) {
-                const auto& [run, carried, id_from_index, lo, hi] = *presort;
+                const auto& [run, carried, lo, hi] = *presort;
                 StoreSortConfig c{carried, 0, 1};
-                c.id_from_index = id_from_index;
                 c.kick_drift = SortKickDrift{next_h, next_dt, {}};
                 AxisBounds origin;
                 std::copy(lo.begin(), lo.end(), origin.lo), std::copy(hi.begin(), hi.end(), origin.hi);
@@ -297,8 +296,8 @@ void bind_tree(nb::module_& m) {
           nb::arg("presort").none() = nb::none(), nb::arg("kick") = true,
           "Self-gravity into the store's fields. closing_kick (h, t, next_h, next_dt): also vel += h acc run by "
           "run as the walk writes them (IntegrationError at t if a force is not finite), and return the bounds "
-          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give. presort (run, carried, "
-          "id_from_index, lo, hi): also make the next sort's runs of `run` particles during the walk, keyed in "
+          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give. presort (run, carried, lo, "
+          "hi): also make the next sort's runs of `run` particles during the walk, keyed in "
           "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None). "
           "kick False: closing_kick kicks nothing (a run's first forces): the forces are checked and the bounds "
           "predicted from the velocities as they are, and presort's runs made from them.")

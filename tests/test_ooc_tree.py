@@ -170,9 +170,10 @@ def test_leapfrog_steps_bitwise_equal_to_in_core(tmp_path, threads, buffer):
 @pytest.mark.parametrize("ids,derived", [("offset", True), ("shuffled", False), ("broken", False)])
 def test_ids_written_from_the_index_or_carried_follow_their_particles(tmp_path, ids, derived, buffer):
     """Ids that are the caller's index plus a constant (checked block by block as the store is
-    filled) are written from the sorted index instead of being carried through the sort;
-    any others (shuffled, or a block that breaks the pattern) are carried. Either way every
-    particle keeps its id: the steps equal the in-core leapfrog's, ids included, bit for bit."""
+    filled) are read from the sorted index (ParticleStore.derive_from): the sort neither
+    carries nor writes them, and their pages keep the order they were filled in; any others
+    (shuffled, or a block that breaks the pattern) are carried. Either way every particle
+    keeps its id: the steps equal the in-core leapfrog's, ids included, bit for bit."""
     n, dt = 3000, 1 / 64
     q = gp.ic.plummer(n, seed=4)
     new_ids = {"offset": np.arange(n) + 10**12, "shuffled": np.random.default_rng(1).permutation(n) * 7 - 5,
@@ -189,6 +190,9 @@ def test_ids_written_from_the_index_or_carried_follow_their_particles(tmp_path, 
         assert (st.sort_detail["runs"] > 1) == (buffer < RUN_KD * n)
         got = {f: o.gather(f) for f in ("id", "pos", "vel")}
         assert np.array_equal(o.store.read("id", 0, n), new_ids[o.store.read("index", 0, n)])
+        assert o.store.derived == ({"id": ("index", 10**12)} if derived else {})
+        if derived:  # never written since the fill
+            assert np.array_equal(o.store._core.read("id", 0, n), new_ids)
     r = sim.particles
     assert np.array_equal(got["id"], new_ids) and np.array_equal(r.id, new_ids)
     assert np.array_equal(got["pos"], r.pos) and np.array_equal(got["vel"], r.vel)
@@ -226,13 +230,6 @@ def test_checkpoint_resume_keeps_ids_written_from_the_index(tmp_path):
                 ooc.step(dt), ooc.step(dt)
             for f in ("pos", "vel", "mass", "id", "index", "key"):
                 assert np.array_equal(r.store.read(f, 0, n), o.store.read(f, 0, n)), f
-
-
-def test_sort_refuses_ids_both_carried_and_written_from_the_index(tmp_path):
-    with OutOfCore.from_particles(gp.ic.plummer(500, seed=1), tmp_path, "64MiB", threads=2, page_bytes=PAGE) as o:
-        with pytest.raises(ValueError, match="'id' is written from the index"):
-            _core.store_sort_by_curve(o.store._core, ["pos", "vel", "mass", "id"], RUN * 1024, 1, None,
-                                      id_from_index=0)
 
 
 def test_sort_kick_drift_checks_its_predicted_frame(tmp_path):

@@ -673,6 +673,37 @@ def test_io_mode_is_reported(tmp_path):
             assert "O_DIRECT refused" in s.io_detail
 
 
+@pytest.mark.parametrize("offset", [10**12, -5, 2**63 - 1])  # the last wraps past 2^63, as int64 does
+def test_a_derived_field_reads_its_source_plus_the_offset_until_either_is_written(tmp_path, offset):
+    """What this proves: a field derived from another (derive_from) reads as that field plus
+    the offset, wrapping mod 2^64 as numpy's int64 does, without its own pages being read or
+    written (they keep what they held); a write to it, or to its source, first writes the
+    derived values into its pages, so nothing the derivation stood for is lost."""
+    n = 3000  # six pages a column
+    index = np.random.default_rng(3).permutation(n).astype(np.int64)
+    with np.errstate(over="ignore"):
+        ids = index + np.int64(offset)
+    with ParticleStore(tmp_path, n, memory_budget="1MiB", page_bytes=PAGE, extra_fields={"index": (1, "i64")}) as s:
+        stale = np.full(n, -1, np.int64)
+        s.write("id", 0, stale)  # what the id pages hold: never the derived values
+        s.write("index", 0, index)
+        s.derive_from("id", "index", offset)
+        assert s.derived == {"id": ("index", offset)}
+        assert np.array_equal(s.read("id", 0, n), ids) and np.array_equal(s.read("id", 700, 1900), ids[700:1900])
+        assert np.array_equal(s._core.read("id", 0, n), stale)  # its pages untouched
+        s.write("index", 0, index[::-1].copy())  # the source rewritten: the ids were kept first
+        assert s.derived == {} and np.array_equal(s.read("id", 0, n), ids)
+        s.derive_from("id", "index", offset)
+        s.write("id", 100, np.arange(5, dtype=np.int64))  # a part of it rewritten: the rest derived
+        want = ids[::-1].copy()
+        want[100:105] = np.arange(5)
+        assert s.derived == {} and np.array_equal(s.read("id", 0, n), want)
+        with pytest.raises(ValueError, match="int64 scalar fields, 'mass' is not"):
+            s.derive_from("mass", "index", 1)
+        with pytest.raises(ValueError, match="'id' cannot be derived from 'id'"):
+            s.derive_from("id", "id", 1)
+
+
 def test_bad_input_gets_clear_errors(tmp_path):
     with ParticleStore(tmp_path, 100, memory_budget="1MiB", page_bytes=PAGE) as s:
         with pytest.raises(ValueError, match="no field 'rho'"):

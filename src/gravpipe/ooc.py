@@ -83,8 +83,8 @@ from gravpipe.tree_params import (DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_T
 __all__ = ["OutOfCore", "StepTimes", "OOC_FIELDS", "CHECKPOINT_STATE", "plan_budget", "tree_keep_free"]
 
 #: the fields the external sort carries (each with its twin "<name>~"), besides key and index;
-#: "id" only when the ids are not the caller's index plus a constant (else the sort writes
-#: them from the sorted index: OutOfCore._carried)
+#: "id" only when the ids are not the caller's index plus a constant (else the store reads
+#: them from the sorted index: OutOfCore._carried, ParticleStore.derive_from)
 CARRIED = ["pos", "vel", "mass", "id"]
 #: fields of the out-of-core store beyond the store's defaults (pos, vel, mass, id, acc, pot)
 OOC_FIELDS: dict[str, tuple[int, str]] = {
@@ -439,8 +439,9 @@ class OutOfCore:
         # store's writes then; None when none (the tree then builds its own)
         self._built: tuple[object, dict] | None = None
         # c when every id is its particle's caller index + c (checked as blocks are written,
-        # which must come in order from 0): the sort then writes ids from the index instead
-        # of carrying them; None otherwise. _ids_written: particles whose ids were checked;
+        # which must come in order from 0): the store then reads the ids from the index
+        # (ParticleStore.derive_from), and the sort neither carries nor writes them; None
+        # otherwise. _ids_written: particles whose ids were checked;
         # _id_writes: the store's count of "id" writes then (another write, not through
         # _write_block, and the ids are carried again: never overwritten with index + c)
         self._id_offset: int | None = None
@@ -546,7 +547,7 @@ class OutOfCore:
         self._id_writes = self.store.writes.get("id", 0)
 
     def _carried(self) -> list[str]:
-        """The fields the sort carries: "id" too unless it is written from the index."""
+        """The fields the sort carries: "id" too unless it is read from the index."""
         derived = (self._id_offset is not None and self._ids_written == self.n
                    and self.store.writes.get("id", 0) == self._id_writes)
         return [f for f in CARRIED if f != "id" or not derived]
@@ -594,11 +595,13 @@ class OutOfCore:
                                         p["quad_tol"], p["n_leaf"], p["n_crit"], p["threads"]) \
             if self.tree_in_sort else None
         carried = self._carried()
+        if "id" not in carried:  # the sort leaves the ids' pages behind: they read as index + c
+            self.store.derive_from("id", "index", self._id_offset)
         made = None if presorted is None else (presorted["run"], presorted["frame_lo"], presorted["frame_scale"],
                                                 presorted["h"], presorted["dt"], presorted["drifted_lo"],
                                                 presorted["drifted_hi"])
         d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
-                                           kick_drift, id_from_index=None if "id" in carried else self._id_offset,
+                                           kick_drift,
                                            drift_origin=drift_origin, presorted=made, tree=built))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
         if built is not None:
@@ -682,7 +685,7 @@ class OutOfCore:
         t1 = time.perf_counter()
         if run:
             carried = self._carried()
-            presort_args = (run, carried, None if "id" in carried else self._id_offset, *self._bounds)
+            presort_args = (run, carried, *self._bounds)
             next_bounds, made = tree.self_forces(closing_kick=closing_kick, presort=presort_args, kick=kick)
             if made is not None:
                 self._presorted = (dict(made), carried, dict(self.store.writes))

@@ -175,6 +175,9 @@ class ParticleStore:
         #: calls of write() per field (the C++ core's own writes, such as the sort's, are not
         #: counted): lets an owner notice a field rewritten behind its back
         self.writes: dict[str, int] = {}
+        #: {field: (source, offset)}: int64 fields read as another int64 field plus a
+        #: constant (derive_from), their own pages left as they are
+        self._derived: dict[str, tuple[str, int]] = {}
 
     @staticmethod
     def least_budget(n: int, page_bytes: str | int = DEFAULT_PAGE_BYTES,
@@ -197,6 +200,31 @@ class ParticleStore:
     def fields(self) -> list[str]:
         return [f[0] for f in self._fields]
 
+    def derive_from(self, field: str, source: str, offset: int) -> None:
+        """From now on ``field`` reads as ``source`` + ``offset`` (int64, wrapping mod 2^64),
+        its own pages left as they are and no longer written. For an owner that knows the two
+        agree for every particle and that reorders ``source`` with the particles: OutOfCore's
+        ids that are the caller's index plus a constant, which the sort then neither carries
+        nor writes (N = 1e7: 80 MB less to the disk a step). A write to ``field`` or to
+        ``source`` first writes the derived values into ``field``'s pages and ends it."""
+        for name in (field, source):
+            if self.field(name) != (1, "i64"):
+                raise ValueError(f"store: derive_from needs int64 scalar fields, {name!r} is not")
+        if field == source or source in self._derived or field in {src for src, _ in self._derived.values()}:
+            raise ValueError(f"store: {field!r} cannot be derived from {source!r}")
+        self._derived[field] = (source, int(offset))
+
+    @property
+    def derived(self) -> dict[str, tuple[str, int]]:
+        """{field: (source, offset)} of the fields that derive_from made."""
+        return dict(self._derived)
+
+    def _materialize(self, field: str, chunk: int = 1 << 20) -> None:
+        """Write a derived field's values into its pages and end its derivation."""
+        for b in range(0, self.n, chunk):
+            self._core.write_i64(field, b, self.read(field, b, min(self.n, b + chunk)))
+        del self._derived[field]
+
     def write(self, field: str, begin: int, values: np.ndarray) -> None:
         """Particles [begin, begin + len(values)) of ``field``: shape (count, components), or
         (count,) for scalar fields; float64 (int64 for ``id``)."""
@@ -206,6 +234,8 @@ class ParticleStore:
         if arr.ndim == 0 or arr.shape != want:
             raise ValueError(f"store: field {field!r} takes shape (count,{'' if comps == 1 else f' {comps}'}), "
                              f"got {np.shape(values)}")
+        for derived in [d for d, (src, _) in self._derived.items() if field in (d, src)]:
+            self._materialize(derived)
         if dtype == "f64":
             self._core.write_f64(field, int(begin), arr)
         else:
@@ -216,6 +246,10 @@ class ParticleStore:
         """Particles [begin, end) of ``field``: (end - begin, components) or (end - begin,)."""
         if end < begin:
             raise ValueError(f"store: end {end} < begin {begin}")
+        if field in self._derived:
+            source, offset = self._derived[field]
+            values = self._core.read(source, int(begin), int(end) - int(begin)).view(np.uint64)
+            return (values + np.uint64(offset % (1 << 64))).view(np.int64)
         return self._core.read(field, int(begin), int(end) - int(begin))
 
     def read_blocks(self, begins: Sequence[int], ends: Sequence[int], threads: int | None = None

@@ -98,10 +98,6 @@ struct StoreSortConfig {
   /// With several runs, read the next run (and kick-drift it) on a loader thread while this
   /// one is sorted and written: a second buffer, so shorter runs. Never changes a bit.
   bool overlap_reads = true;
-  /// Ids that are the caller's index plus this offset (the store filled with ids
-  /// offset, offset + 1, ...): "id" is then written from the sorted index, not carried
-  /// through the runs and the permute (24 of the ~336 bytes a particle the sort moves).
-  std::optional<std::int64_t> id_from_index;
   /// The bounds of the positions before a leapfrog step's drift, when the store holds (or
   /// the kick-drift makes) that step's drifted positions: they are keyed in
   /// step_frame(drift_origin, their bounds), the in-core leapfrog's frame; without it, in

@@ -82,12 +82,6 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
   for (const char* f : {"index", "key"})
     if (s.field(f).components != 1 || s.field(f).type != FieldType::I64)
       throw InputError(std::string("store sort: field '") + f + "' must be an int64 scalar");
-  if (c.id_from_index) {
-    if (std::find(c.carried.begin(), c.carried.end(), "id") != c.carried.end())
-      throw InputError("store sort: 'id' is written from the index (id_from_index): it must not be carried too");
-    if (s.field("id").components != 1 || s.field("id").type != FieldType::I64)
-      throw InputError("store sort: field 'id' must be an int64 scalar");
-  }
   if (c.kick_drift) {
     for (const char* f : {"vel", "acc"})
       if (s.field(f).components != 3 || s.field(f).type != FieldType::F64)
@@ -103,14 +97,6 @@ void check_fields(ParticleStore& s, const StoreSortConfig& c, bool twins) {
       throw InputError("store sort: field '" + sort_twin(f) + "' differs in shape from '" + f + "'");
   }
   for (const char* f : {"index", "key"}) s.field(sort_twin(f));
-}
-
-/// "id" of n particles from their sorted caller indices (id_from_index) into `ids`: index +
-/// offset mod 2^64 (unsigned arithmetic: the caller's check, ids - index == offset in int64,
-/// wraps the same way).
-void ids_from_index(std::int64_t offset, std::int64_t n, const std::int64_t* index, std::int64_t* ids) {
-  for (std::int64_t k = 0; k < n; ++k)
-    ids[k] = static_cast<std::int64_t>(static_cast<std::uint64_t>(index[k]) + static_cast<std::uint64_t>(offset));
 }
 
 /// The bounding cube of every position, read block by block (one block when the sort has one
@@ -257,10 +243,6 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   write(name("key"), 0, b, n, out.data());
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   write(name("index"), 0, b, n, out.data());
-  if (c.id_from_index && !to_twin) {
-    ids_from_index(*c.id_from_index, n, out.data(), in.data());
-    s.write_column("id", 0, b, n, in.data());
-  }
   // positions, masses, and velocities a kick-drift changed, are in memory: permuted from there
   const auto held = [&](const std::string& f) -> const std::vector<double>* {
     return f == "pos" ? &r.pos : f == "mass" ? &r.mass : f == "vel" && c.kick_drift ? &r.vel : nullptr;
@@ -447,10 +429,10 @@ class MergeProgress {
   bool failed_ = false;
 };
 
-/// Merge the runs' (key, index): "key" and "index" (and "id" from the index, with
-/// `id_from_index`) in curve order, and the run of each output particle in `from`.
+/// Merge the runs' (key, index): "key" and "index" in curve order, and the run of each
+/// output particle in `from`.
 void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from,
-                const std::optional<std::int64_t>& id_from_index, BatchedPageIo& io, SortObserver* observer,
+                BatchedPageIo& io, SortObserver* observer,
                 MergeProgress& progress) {
   using Top = std::tuple<std::uint64_t, std::int64_t, std::uint16_t>;  // key, index, run
   std::priority_queue<Top, std::vector<Top>, std::greater<Top>> heap;
@@ -470,7 +452,7 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
     heap.emplace(static_cast<std::uint64_t>(h.key[q]), h.index[q], static_cast<std::uint16_t>(r));
   };
   for (std::size_t r = 0; r < heads.size(); ++r) push(r);
-  AlignedColumn key(kChunk), index(kChunk), ids(id_from_index ? kChunk : 0);
+  AlignedColumn key(kChunk), index(kChunk);
   const std::int64_t n = s.size();
   for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
     const std::int64_t m = std::min(kChunk, n - k0);
@@ -498,10 +480,6 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
     if (observer != nullptr) observer->merged(k0, Span<const std::int64_t>(key.data(), static_cast<std::size_t>(m)));
     s.write_column_through("key", 0, k0, m, key.data(), io);
     s.write_column_through("index", 0, k0, m, index.data(), io);
-    if (id_from_index) {
-      ids_from_index(*id_from_index, m, index.data(), ids.data());
-      s.write_column_through("id", 0, k0, m, ids.data(), io);
-    }
   }
 }
 
@@ -944,7 +922,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
       return permute_lane(s, c, plan.lanes[1], plan.sizes[1], run_begin, from, st.frame, &progress);
     });
   try {
-    merge_runs(s, heads, head_size, from, c.id_from_index, io, c.observer, progress);
+    merge_runs(s, heads, head_size, from, io, c.observer, progress);
   } catch (...) {
     progress.fail();  // the early lane stops; the merge's error is the one raised
     throw;
