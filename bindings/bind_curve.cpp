@@ -60,6 +60,22 @@ void bind_curve(nb::module_& m) {
         nb::arg("pos"), nb::arg("lo"), nb::arg("hi"), nb::arg("threads") = 0,
         "63-bit Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp; "
         "a position that is not finite raises ValueError naming it.");
+  m.def("curve_keys_in_frame",
+        [](CVec3 pos, Corner frame_lo, double frame_scale, int threads) {
+          CurveBox box;
+          std::copy(frame_lo.data(), frame_lo.data() + 3, box.lo);
+          box.scale = frame_scale;
+          std::vector<std::uint64_t> keys;
+          {
+            nb::gil_scoped_release release;
+            keys = curve_keys(span_of(pos), box, threads_or_all(threads));
+          }
+          const std::size_t n = keys.size();
+          return to_numpy(std::move(keys), {n});
+        },
+        nb::arg("pos"), nb::arg("frame_lo"), nb::arg("frame_scale"), nb::arg("threads") = 0,
+        "The keys (uint64 (n,)) of positions (n,3) in a given frame (a sort's frame_lo and frame_scale, as "
+        "store_sort_by_curve reports them): the bits that sort gave them.");
   m.def("sort_keys",
         [](Keys keys, int threads) {
           std::vector<std::uint64_t> sorted(keys.data(), keys.data() + keys.size());

@@ -212,6 +212,10 @@ void bind_store(nb::module_& m) {
         nb::gil_scoped_release release;
         s.discard_fields(fields);
       }, nb::arg("fields"), "discard for several fields: shared pages go when every field sharing them is listed.")
+      .def("set_stale", [](StoreBox& b, const std::string& f, bool stale) { b.get().set_stale(f, stale); },
+           nb::arg("field"), nb::arg("stale"),
+           "Mark the field's pages as lagging behind its values (or, False, as holding every one).")
+      .def("stale", [](const StoreBox& b, const std::string& f) { return b.get().stale(f); }, nb::arg("field"))
       .def("cool", [](StoreBox& b, const std::string& f, std::int64_t begin, std::int64_t end) {
         ParticleStore& s = b.get();
         nb::gil_scoped_release release;
@@ -272,7 +276,7 @@ void bind_store(nb::module_& m) {
   m.def("store_sort_by_curve",
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
-           bool overlap_reads,
+           bool overlap_reads, bool write_keys,
            std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin,
            std::optional<std::tuple<std::int64_t, std::array<double, 3>, double, double, double, std::array<double, 3>,
                                     std::array<double, 3>>>
@@ -281,6 +285,7 @@ void bind_store(nb::module_& m) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
+          config.write_keys = write_keys;
           if (drift_origin) {
             AxisBounds b;
             const auto& [lo, hi] = *drift_origin;
@@ -328,14 +333,15 @@ void bind_store(nb::module_& m) {
           return d;
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
-        nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
+        nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true, nb::arg("write_keys") = true,
         nb::arg("drift_origin").none() = nb::none(),
         nb::arg("presorted").none() = nb::none(), nb::arg("tree").none() = nb::none(),
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
         "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
         "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
         "unchanged) when the prediction missed. overlap_reads: with several runs, the next run is read on a "
-        "loader thread meanwhile (shorter runs; the same bits). A field left out of carried keeps its "
+        "loader thread meanwhile (shorter runs; the same bits). write_keys False: "
+        "'key' keeps what it held (an observer takes the keys; curve_keys_in_frame makes them again). A field left out of carried keeps its "
         "pages as they were (the store's derive_from serves ids that are the index plus a constant). drift_origin "
         "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
         "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "

@@ -18,7 +18,10 @@ their own: for the same particles, parameters and thread count the forces and a 
 are the in-core ones bit for bit. The cells are built as the sort writes the particles
 (``tree_in_sort``, streamed_tree_build.hpp): the merge's keys stream past a count of the
 cells, the permute's positions and masses past the build of their records, so the tree reads
-nothing back (N = 1e7: ~0.6 GB less a step). Where the sort has no merge (one run) or the
+nothing back (N = 1e7: ~0.6 GB less a step), and the keys go no further: the store makes them
+again from the positions in the sort's frame when they are read (ParticleStore.derive_curve_keys),
+as it reads ids that are the caller's index plus a constant from the index (derive_from): 160 MB
+less to the disk a step. Where the sort has no merge (one run) or the
 budget cannot hold the build beside the sort, the tree is built after the sort from the pages,
 depth first, subtrees on the threads; the sort's details say which (``tree_in_sort``,
 ``tree_declined``). Each sort is external: runs that fit the
@@ -600,10 +603,17 @@ class OutOfCore:
         made = None if presorted is None else (presorted["run"], presorted["frame_lo"], presorted["frame_scale"],
                                                 presorted["h"], presorted["dt"], presorted["drifted_lo"],
                                                 presorted["drifted_hi"])
+        # with the tree built in the sort, the merge's keys go to the build and not to the disk:
+        # the store makes them again from the positions when read (derive_curve_keys)
+        write_keys = built is None
         d = dict(_core.store_sort_by_curve(self.store._core, carried, self.plan.sort_buffer, self.threads,
-                                           kick_drift,
+                                           kick_drift, write_keys=write_keys,
                                            drift_origin=drift_origin, presorted=made, tree=built))
         self._sorted = kick_drift is None or bool(d["kick_drift_applied"])
+        if self._sorted and write_keys:
+            self.store.forget_derivation("key")
+        elif self._sorted:
+            self.store.derive_curve_keys("key", "pos", d["frame_lo"], d["frame_scale"], self.threads)
         if built is not None:
             d.update(tree_in_sort=bool(built.complete), tree_declined=built.declined,
                      seconds_tree_count=built.seconds_count, seconds_tree_build=built.seconds_build,
@@ -674,6 +684,8 @@ class OutOfCore:
         built, self._built = self._built, None
         if built is not None and built[1] != dict(self.store.writes):
             built = None
+        if built is None:
+            self.store.materialize("key")  # the tree's build reads the keys' pages
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], p["theta"], p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], p["precision"], p["local_expansion"], p["isa"],
                                keep_free, built=None if built is None else built[0])
@@ -756,6 +768,7 @@ class OutOfCore:
         p = self.params
         t0 = time.perf_counter()
         self._tree = None  # the run's cells go back to the budget first
+        self.store.materialize("key")  # the tree's build reads the keys' pages
         tree = _core.PagedTree(self.store._core, p["eps"], p["G"], float(theta), p["quadrupole"], p["quad_tol"],
                                p["n_leaf"], p["n_crit"], p["threads"], precision, p["local_expansion"], p["isa"],
                                tree_keep_free(self.n, self.threads, p["n_crit"], p["n_leaf"]))

@@ -154,6 +154,12 @@ class ParticleStore {
   /// discarded only when every field that shares them is listed (the external sort's permute
   /// discards pos and mass together before it writes them).
   void discard_fields(const std::vector<std::string>& fields);
+  /// Whether `field`'s pages lag behind its values: a sort that leaves the keys out
+  /// (StoreSortConfig::write_keys) marks "key" stale, and its owner marks it current once it
+  /// has written every value (gravpipe.store's materialize). Readers of the pages that need
+  /// every value (the out-of-core tree's build, of the keys) refuse a stale field.
+  void set_stale(const std::string& field, bool stale);
+  bool stale(const std::string& field) const;
   /// A sweep in particle order is done with particles [begin, end) of `field`: the pages of
   /// its columns whose last particle lies there go first when a frame is needed
   /// (PageCache::cool; a hint). The tree's results and the closing kick call it run by run.
@@ -246,6 +252,7 @@ class ParticleStore {
   std::unique_ptr<PageCache> cache_;
   std::unique_ptr<ReadAhead> read_ahead_;   // stops first
   std::string batched_reads_;
+  std::vector<std::string> stale_;  // fields whose pages lag behind their values (set_stale)
 };
 
 }  // namespace gravpipe

@@ -319,6 +319,17 @@ void ParticleStore::read_column(const std::string& field, int component, std::in
                      1, read_ahead);
 }
 
+void ParticleStore::set_stale(const std::string& field, bool stale) {
+  (void)this->field(field);  // InputError naming an unknown field
+  const auto at = std::find(stale_.begin(), stale_.end(), field);
+  if (stale && at == stale_.end()) stale_.push_back(field);
+  if (!stale && at != stale_.end()) stale_.erase(at);
+}
+
+bool ParticleStore::stale(const std::string& field) const {
+  return std::find(stale_.begin(), stale_.end(), field) != stale_.end();
+}
+
 void ParticleStore::write_column(const std::string& field, int component, std::int64_t begin, std::int64_t count,
                                  const void* values) {
   const std::int64_t col = checked_column(field, component, begin, count);

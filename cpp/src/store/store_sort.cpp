@@ -240,7 +240,8 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
   }
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
   for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
-  write(name("key"), 0, b, n, out.data());
+  if (to_twin || c.write_keys) write(name("key"), 0, b, n, out.data());
+  if (!to_twin) s.set_stale("key", !c.write_keys);  // one run: every key of the store
   for (std::int64_t k = 0; k < n; ++k) out[k] = in[local[k]];
   write(name("index"), 0, b, n, out.data());
   // positions, masses, and velocities a kick-drift changed, are in memory: permuted from there
@@ -429,11 +430,10 @@ class MergeProgress {
   bool failed_ = false;
 };
 
-/// Merge the runs' (key, index): "key" and "index" in curve order, and the run of each
-/// output particle in `from`.
+/// Merge the runs' (key, index): "index" (and "key", with `write_keys`) in curve order, and
+/// the run of each output particle in `from`.
 void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head_size, std::vector<std::uint16_t>& from,
-                BatchedPageIo& io, SortObserver* observer,
-                MergeProgress& progress) {
+                bool write_keys, BatchedPageIo& io, SortObserver* observer, MergeProgress& progress) {
   using Top = std::tuple<std::uint64_t, std::int64_t, std::uint16_t>;  // key, index, run
   std::priority_queue<Top, std::vector<Top>, std::greater<Top>> heap;
   BatchedLoads loads(s, io);
@@ -478,9 +478,10 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
     }
     progress.advance(k0 + m);
     if (observer != nullptr) observer->merged(k0, Span<const std::int64_t>(key.data(), static_cast<std::size_t>(m)));
-    s.write_column_through("key", 0, k0, m, key.data(), io);
+    if (write_keys) s.write_column_through("key", 0, k0, m, key.data(), io);
     s.write_column_through("index", 0, k0, m, index.data(), io);
   }
+  s.set_stale("key", !write_keys);
 }
 
 /// The distinct fields of a set of columns.
@@ -922,7 +923,7 @@ StoreSortStats sort_store_by_curve(ParticleStore& s, const StoreSortConfig& c) {
       return permute_lane(s, c, plan.lanes[1], plan.sizes[1], run_begin, from, st.frame, &progress);
     });
   try {
-    merge_runs(s, heads, head_size, from, io, c.observer, progress);
+    merge_runs(s, heads, head_size, from, c.write_keys, io, c.observer, progress);
   } catch (...) {
     progress.fail();  // the early lane stops; the merge's error is the one raised
     throw;

@@ -43,8 +43,16 @@ constexpr int kLeavesPerRelease = 256;
 /// per thread.
 class PagedKeys {
  public:
+  /// The store, once its keys' pages are known to hold every key.
+  static ParticleStore& checked_keys(ParticleStore& s) {
+    if (s.stale("key"))
+      throw InputError("out-of-core tree: the store's last sort left its keys out (write_keys = false): write them "
+                       "to the pages first (gravpipe.store.ParticleStore.materialize('key'))");
+    return s;
+  }
+
   explicit PagedKeys(ParticleStore& s)
-      : store_(s),
+      : store_(checked_keys(s)),
         slots_(s.cache(), kKeySlots, PageCache::Access::Read),
         base_(s.page_of("key", 0, 0)),
         per_page_(s.particles_per_page("key")),
