@@ -25,6 +25,23 @@ using Corner = nb::ndarray<const double, nb::shape<3>, nb::c_contig, nb::device:
 
 int threads_or_all(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
+/// The keys (uint64 (n,)) of positions (n,3) in `box`. A position that is not finite would key
+/// as the box's corner and sort silently into the wrong place: it raises, naming it.
+auto keys_in(CVec3 pos, const CurveBox& box, int threads) {
+  const double* p = pos.data();
+  for (std::size_t k = 0; k < 3 * pos.shape(0); ++k)
+    if (!std::isfinite(p[k]))
+      throw InputError("curve_keys: position " + std::to_string(k / 3) + " is not finite (" + std::to_string(p[k]) +
+                       ")");
+  std::vector<std::uint64_t> keys;
+  {
+    nb::gil_scoped_release release;
+    keys = curve_keys(span_of(pos), box, threads_or_all(threads));
+  }
+  const std::size_t n = keys.size();
+  return to_numpy(std::move(keys), {n});
+}
+
 }  // namespace
 
 void bind_curve(nb::module_& m) {
@@ -42,20 +59,7 @@ void bind_curve(nb::module_& m) {
         "The curve order of positions (n,3) within their bounding cube: int64 (n,), ties in index order.");
   m.def("curve_keys",
         [](CVec3 pos, Corner lo, Corner hi, int threads) {
-          // a NaN would key as 0 (the box's corner) and sort silently into the wrong place
-          const double* p = pos.data();
-          for (std::size_t k = 0; k < 3 * pos.shape(0); ++k)
-            if (!std::isfinite(p[k]))
-              throw InputError("curve_keys: position " + std::to_string(k / 3) + " is not finite (" +
-                               std::to_string(p[k]) + ")");
-          const CurveBox box = curve_box(lo.data(), hi.data());
-          std::vector<std::uint64_t> keys;
-          {
-            nb::gil_scoped_release release;
-            keys = curve_keys(span_of(pos), box, threads_or_all(threads));
-          }
-          const std::size_t n = keys.size();
-          return to_numpy(std::move(keys), {n});
+          return keys_in(pos, curve_box(lo.data(), hi.data()), threads);
         },
         nb::arg("pos"), nb::arg("lo"), nb::arg("hi"), nb::arg("threads") = 0,
         "63-bit Peano-Hilbert keys (uint64 (n,)) of positions (n,3) in the cube over the box [lo, hi]; outside points clamp; "
@@ -65,17 +69,11 @@ void bind_curve(nb::module_& m) {
           CurveBox box;
           std::copy(frame_lo.data(), frame_lo.data() + 3, box.lo);
           box.scale = frame_scale;
-          std::vector<std::uint64_t> keys;
-          {
-            nb::gil_scoped_release release;
-            keys = curve_keys(span_of(pos), box, threads_or_all(threads));
-          }
-          const std::size_t n = keys.size();
-          return to_numpy(std::move(keys), {n});
+          return keys_in(pos, box, threads);
         },
         nb::arg("pos"), nb::arg("frame_lo"), nb::arg("frame_scale"), nb::arg("threads") = 0,
         "The keys (uint64 (n,)) of positions (n,3) in a given frame (a sort's frame_lo and frame_scale, as "
-        "store_sort_by_curve reports them): the bits that sort gave them.");
+        "store_sort_by_curve reports them): the bits that sort gave them; a position that is not finite raises.");
   m.def("sort_keys",
         [](Keys keys, int threads) {
           std::vector<std::uint64_t> sorted(keys.data(), keys.data() + keys.size());

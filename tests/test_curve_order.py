@@ -153,3 +153,13 @@ def test_keys_of_a_position_that_is_not_finite_raise_naming_it(bad):
     pos[7, 1] = bad
     with pytest.raises(ValueError, match="position 7 is not finite"):
         _core.curve_keys(pos, np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="position 7 is not finite"):
+        _core.curve_keys_in_frame(pos, np.zeros(3), 1000.0)
+
+
+def test_keys_in_a_frame_are_the_keys_of_its_cube():
+    """A frame given as its corner and scale (as a sort reports it) keys positions as the cube
+    it stands for: the unit cube's frame is the corner 0 and 2^21 - 1 cells a unit."""
+    pos = np.random.default_rng(2).random((1000, 3))
+    want = _core.curve_keys(pos, np.zeros(3), np.ones(3))
+    assert np.array_equal(_core.curve_keys_in_frame(pos, np.zeros(3), float((1 << 21) - 1)), want)
