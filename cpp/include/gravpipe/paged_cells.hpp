@@ -61,7 +61,7 @@ class PinnedSlots {
   PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access access, ReadAhead* ahead = nullptr);
   /// The bytes of `page`, pinned at least until the next call.
   unsigned char* data(std::int64_t page) {
-    if (last_->page == page) return last_->data;  // most lookups: a sibling of the last record
+    if (page == last_page_) return last_data_;  // most lookups: a sibling of the last record
     ++clock_;
     if (!where_.empty()) {  // (one slot: the last one was it)
       const std::int32_t at = where_[static_cast<std::size_t>(page)];
@@ -87,7 +87,7 @@ class PinnedSlots {
   void refill(Slot& s, std::int64_t page);
   unsigned char* use(Slot* s) {
     s->used = clock_;
-    last_ = s;
+    last_page_ = s->page, last_data_ = s->data;
     return s->data;
   }
   PageCache* cache_;  // not owned
@@ -101,7 +101,10 @@ class PinnedSlots {
   Reservation where_charge_;
   std::size_t ways_, set_mask_;
   std::uint64_t clock_ = 0;  // counts lookups that missed the last slot: a way's age
-  Slot* last_;               // the slot of the last lookup; into slots_' buffer, which a move keeps
+  // the last lookup's page and bytes, held here rather than behind a pointer to its slot:
+  // a hit is one compare, with no load that waits on another (-1: none)
+  std::int64_t last_page_ = -1;
+  unsigned char* last_data_ = nullptr;
 };
 
 class PagedCellReader;

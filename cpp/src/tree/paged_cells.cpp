@@ -27,8 +27,7 @@ PinnedSlots::PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access 
       ahead_(ahead),
       slots_(checked_slots(slots)),
       ways_(std::min(slots, kWays)),
-      set_mask_(slots / ways_ - 1),
-      last_(&slots_[0]) {
+      set_mask_(slots / ways_ - 1) {
   if (slots_.size() == 1) return;
   const auto pages = static_cast<std::size_t>(cache.pages());
   where_charge_ = cache.budget().reserve(pages * sizeof(std::int32_t),
@@ -37,6 +36,7 @@ PinnedSlots::PinnedSlots(PageCache& cache, std::size_t slots, PageCache::Access 
 }
 
 void PinnedSlots::refill(Slot& s, std::int64_t page) {
+  if (s.page == last_page_) last_page_ = -1, last_data_ = nullptr;  // its pin goes now
   if (s.page >= 0 && !where_.empty()) where_[static_cast<std::size_t>(s.page)] = -1;
   s.handle.reset();  // unpin first: the cache may need this frame
   s.page = -1;
@@ -51,6 +51,7 @@ void PinnedSlots::refill(Slot& s, std::int64_t page) {
 }
 
 void PinnedSlots::release() {
+  last_page_ = -1, last_data_ = nullptr;
   for (Slot& s : slots_) {
     if (s.page >= 0 && !where_.empty()) where_[static_cast<std::size_t>(s.page)] = -1;
     s.handle.reset(), s.page = -1, s.data = nullptr;
