@@ -253,6 +253,8 @@ void bind_store(nb::module_& m) {
            "Columns (field, component) of particles [begin, begin + count) from values (columns, count) of 8-byte "
            "elements: whole pages of columns that fill them straight to the file, staging_pages at a time.")
       .def_prop_ro("batched_reads", [](const StoreBox& b) { return b.get().batched_reads(); })
+      .def_prop_ro("aio_contexts_made", [](const StoreBox& b) { return b.get().aio_pool().made(); },
+                   "AIO contexts made for this store's batches (and its trees' cells), each lent again and again")
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })

@@ -722,6 +722,32 @@ def test_keys_left_out_of_the_sort_read_as_the_keys_it_would_have_written(tmp_pa
     assert np.array_equal(pots[True], pots[False])
 
 
+
+def test_aio_contexts_are_made_once_and_lent_to_every_later_pass(tmp_path):
+    """What this proves: the sort's merge and permute lanes, the walk's prefetch, the next
+    sort's runs, the read-ahead and the cell files of each step's tree borrow their AIO
+    contexts from the store's pool: after the first step, further steps make none (each
+    io_destroy waits ~20-55 ms for an RCU grace period, several of them on a step's critical
+    path), and the steps stay the in-core leapfrog's bit for bit."""
+    n, dt = 6000, 1 / 64
+    p = gp.ic.plummer(n, seed=16)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
+    sim.evolve(4 * dt)
+    with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
+                                  page_bytes=PAGE) as o:
+        if o.store.stats()["io_mode"] != "direct":
+            pytest.skip("the scratch file system refuses O_DIRECT: batches go a page at a time, with no AIO")
+        o.presort, o.presort_run = True, 1024
+        o.forces(next_dt=dt)
+        o.step(dt)
+        made = o.store.stats()["aio_contexts_made"]
+        steps = [o.step(dt) for _ in range(3)]
+        assert all(st.sort_detail["runs"] > 1 and st.sort_detail["presorted_used"] for st in steps)
+        assert all(st.sort_detail.get("tree_in_sort", False) for st in steps)
+        assert made > 0 and o.store.stats()["aio_contexts_made"] == made
+        assert np.array_equal(o.gather("pos"), sim.particles.pos)
+        assert np.array_equal(o.gather("vel"), sim.particles.vel)
+
 def test_equal_keys_keep_the_in_core_order(tmp_path):
     """Particles sharing curve keys (groups of 8 within 1e-9 of one lattice point, far below
     a key cell): the external sort breaks ties by caller index as the in-core stable sort

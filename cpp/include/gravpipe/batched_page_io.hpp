@@ -31,9 +31,12 @@ class BatchedPageIo {
     unsigned char* data;
   };
 
-  /// Up to `depth` requests in flight at once on `file`, each of at most `join` pages.
+  /// Up to `depth` requests in flight at once on `file`, each of at most `join` pages. The
+  /// AIO context is borrowed from the file's pool when it has one (PageFile::aio_pool).
   BatchedPageIo(const PageFile& file, int depth, int join = 8);
-  ~BatchedPageIo();  // no request is ever left in flight: each call waits for its own
+  /// No request is ever left in flight: each call waits for its own. The context goes back
+  /// to the pool, or is destroyed when there is none or a call threw with requests in flight.
+  ~BatchedPageIo();
   BatchedPageIo(const BatchedPageIo&) = delete;
   BatchedPageIo& operator=(const BatchedPageIo&) = delete;
 
@@ -56,6 +59,8 @@ class BatchedPageIo {
   const int depth_;
   const int join_;
   unsigned long context_ = 0;  // aio_context_t; 0: none
+  AioContextPool* pool_ = nullptr;  // where context_ came from and goes back to (null: our own)
+  bool settled_ = true;             // false while a call has requests in flight
   std::string how_;
 };
 

@@ -23,6 +23,8 @@ enum class IoMode {
 IoMode parse_io_mode(const std::string& name);  // "auto", "direct", "buffered"
 std::string io_mode_name(IoMode mode);
 
+class AioContextPool;
+
 class PageFile {
  public:
   static constexpr std::size_t kAlignment = 4096;  // offsets, lengths and buffers
@@ -32,8 +34,9 @@ class PageFile {
 
   /// A new file gravpipe-scratch-<pid>-XXXXXX in `directory` of pages of `page_bytes` (a
   /// positive multiple of kAlignment). Throws StoreError when the directory cannot hold it,
-  /// or when `mode` is Direct and the file system refuses O_DIRECT.
-  PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode);
+  /// or when `mode` is Direct and the file system refuses O_DIRECT. `aio_pool` (optional,
+  /// not owned, outliving the file's BatchedPageIo): where they borrow their AIO contexts.
+  PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode, AioContextPool* aio_pool = nullptr);
   ~PageFile();  // closes and removes the file
   PageFile(const PageFile&) = delete;
   PageFile& operator=(const PageFile&) = delete;
@@ -62,12 +65,15 @@ class PageFile {
   /// The open descriptor, for readers that batch their requests (BatchedPageIo): the
   /// file stays its owner.
   int fd() const { return fd_; }
+  /// The pool that lends AIO contexts to this file's BatchedPageIo (null: each makes its own).
+  AioContextPool* aio_pool() const { return aio_pool_; }
 
  private:
   void open_direct_or_fall_back(IoMode requested);
   void use_buffered();
   std::string path_;
   std::size_t page_bytes_;
+  AioContextPool* aio_pool_;
   int fd_ = -1;
   IoMode mode_ = IoMode::Buffered;
   std::string mode_detail_;

@@ -112,9 +112,11 @@ class PagedCellReader;
 class PagedCells {
  public:
   /// Tables for `cells` cells in a new scratch file in `directory`, served by `frames` frames
-  /// of `page_bytes` charged to `budget` (at least least_frames(threads)).
+  /// of `page_bytes` charged to `budget` (at least least_frames(threads)); `aio_pool`
+  /// (optional, not owned: the store's) lends the file's batches their AIO contexts.
   PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
-             std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget);
+             std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
+             AioContextPool* aio_pool = nullptr);
   PagedCells(const PagedCells&) = delete;
   PagedCells& operator=(const PagedCells&) = delete;
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gravpipe/aio_context_pool.hpp"
 #include "gravpipe/batched_page_io.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_cache.hpp"
@@ -200,6 +201,8 @@ class ParticleStore {
   std::size_t page_bytes() const { return file_->page_bytes(); }
   const PageFile& file() const { return *file_; }
   MemoryBudget& budget() { return *budget_; }
+  /// The AIO contexts this store's batches borrow (and the cells' files of its trees).
+  AioContextPool& aio_pool() { return *aio_pool_; }
   const MemoryBudget& budget() const { return *budget_; }
   Eviction eviction() const { return eviction_; }
   StoreCounters counters() const { return cache_->counters(); }
@@ -248,6 +251,9 @@ class ParticleStore {
   Eviction eviction_;
   int read_ahead_pages_;
   std::unique_ptr<MemoryBudget> budget_;    // outlives everything charged to it
+  // lends AIO contexts to every BatchedPageIo of this store's file and of the trees' cell
+  // files (PagedCells), and outlives them all
+  std::unique_ptr<AioContextPool> aio_pool_ = std::make_unique<AioContextPool>();
   std::unique_ptr<PageFile> file_;
   std::unique_ptr<PageCache> cache_;
   std::unique_ptr<ReadAhead> read_ahead_;   // stops first

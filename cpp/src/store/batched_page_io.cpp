@@ -11,6 +11,7 @@
 #include <numeric>
 #include <system_error>
 
+#include "gravpipe/aio_context_pool.hpp"
 #include "gravpipe/error.hpp"
 
 namespace gravpipe {
@@ -36,8 +37,14 @@ BatchedPageIo::BatchedPageIo(const PageFile& file, int depth, int join)
     how_ = "one page at a time (the file is buffered: AIO would block in io_submit)";
     return;
   }
+  pool_ = file_.aio_pool();
   aio_context_t ctx = 0;
-  if (aio_setup(static_cast<unsigned>(depth_), &ctx) != 0) {
+  if (pool_ != nullptr) {
+    ctx = static_cast<aio_context_t>(pool_->acquire(depth_));
+  } else if (aio_setup(static_cast<unsigned>(depth_), &ctx) != 0) {
+    ctx = 0;
+  }
+  if (ctx == 0) {
     how_ = "one page at a time (io_setup refused: " + errno_text(errno) + ")";
     return;
   }
@@ -46,7 +53,11 @@ BatchedPageIo::BatchedPageIo(const PageFile& file, int depth, int join)
 }
 
 BatchedPageIo::~BatchedPageIo() {
-  if (context_ != 0) aio_destroy(context_);
+  if (context_ == 0) return;
+  if (pool_ != nullptr && settled_)
+    pool_->release(context_, depth_);  // io_destroy waits ~20-55 ms for an RCU grace period
+  else
+    aio_destroy(context_);  // also waits for whatever a call that threw left in flight
 }
 
 void BatchedPageIo::read(Span<const Page> pages, Span<int> errors) {
@@ -69,6 +80,7 @@ void BatchedPageIo::one_at_a_time(bool write, Span<const Page> pages, Span<int> 
 }
 
 void BatchedPageIo::in_flight_together(bool write, Span<const Page> pages, Span<int> errors) {
+  settled_ = false;  // until every request of this call is reaped (a throw leaves it false)
   const std::size_t page_bytes = file_.page_bytes();
   // reads in file order, so that neighbours join into one request
   std::vector<std::size_t> order(pages.size());
@@ -147,6 +159,7 @@ void BatchedPageIo::in_flight_together(bool write, Span<const Page> pages, Span<
       done += static_cast<std::size_t>(got);
     }
   }
+  settled_ = true;
 }
 
 }  // namespace gravpipe

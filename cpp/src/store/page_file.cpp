@@ -76,7 +76,8 @@ void PageFile::check_page_bytes(std::size_t page_bytes) {
                      " bytes (direct I/O alignment), got " + std::to_string(page_bytes));
 }
 
-PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode) : page_bytes_(page_bytes) {
+PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode, AioContextPool* aio_pool)
+    : page_bytes_(page_bytes), aio_pool_(aio_pool) {
   check_page_bytes(page_bytes);
   std::string name = directory + "/gravpipe-scratch-" + std::to_string(::getpid()) + "-XXXXXX";
   std::vector<char> templ(name.begin(), name.end());

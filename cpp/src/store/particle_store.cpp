@@ -126,7 +126,7 @@ std::uint64_t ParticleStore::least_budget(const StoreConfig& c) {
 ParticleStore::ParticleStore(const StoreConfig& c)
     : n_(c.n), fields_(c.fields), eviction_(c.eviction), read_ahead_pages_(c.read_ahead) {
   check_config(c);
-  file_ = std::make_unique<PageFile>(c.directory, c.page_bytes, c.io_mode);  // checks page_bytes
+  file_ = std::make_unique<PageFile>(c.directory, c.page_bytes, c.io_mode, aio_pool_.get());  // checks page_bytes
   const std::uint64_t least = least_budget(c);
   if (c.budget_bytes < least)
     throw BudgetError("store: memory budget " + format_bytes(c.budget_bytes) + " is too small for " +

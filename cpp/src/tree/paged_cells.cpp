@@ -73,13 +73,14 @@ std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
 }
 
 PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
-                       std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget)
+                       std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
+                       AioContextPool* aio_pool)
     : threads_(threads), cells_(cells) {
   if (cells < 1) throw InputError("paged cells: need at least one cell");
   if (frames < least_frames(threads))
     throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
                      std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
-  file_ = std::make_unique<PageFile>(directory, page_bytes, mode);  // checks page_bytes
+  file_ = std::make_unique<PageFile>(directory, page_bytes, mode, aio_pool);  // checks page_bytes
   walk_shift_ = walk_shift_for(page_bytes);
   walk_mask_ = (std::int64_t{1} << walk_shift_) - 1;
   const std::int64_t pages = pages_for(cells, page_bytes);
