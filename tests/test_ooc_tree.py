@@ -493,7 +493,9 @@ def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path, in_sort):
     """The tree's cells have a scratch file of their own, checked like the particles' pages:
     with a few cell frames the walk records are written back after the moments (or written
     whole by the build riding on the sort) and read again by the walk, and a corrupt one
-    raises ChecksumError naming it, never wrong forces."""
+    raises ChecksumError naming it, never wrong forces. The file then stays on the store's
+    shelf for the next tree, which writes every page it reads (no error from the old bits),
+    and goes with the store."""
     n = 6000
     p = gp.ic.plummer(n, seed=3)
     o = OutOfCore.from_particles(p, tmp_path, _least(n, 2), eps=EPS, threads=2, page_bytes=PAGE,
@@ -515,7 +517,15 @@ def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path, in_sort):
         with pytest.raises(ChecksumError, match="walk records of cells"):
             tree.self_forces()
         del tree
-        assert os.listdir(tmp_path) == [os.path.basename(o.store.path)]  # the cell file is gone
+        kept = sorted([os.path.basename(o.store.path), cell_files[0]])
+        assert sorted(os.listdir(tmp_path)) == kept  # on the store's shelf
+        o.store.materialize("key")  # the build from pages reads the keys
+        again = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                                q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
+                                q["isa"], 1 << 50)
+        assert sorted(os.listdir(tmp_path)) == kept  # the same file, taken again
+        again.self_forces()
+        del again
     finally:
         o.close()
     assert os.listdir(tmp_path) == []
@@ -723,30 +733,36 @@ def test_keys_left_out_of_the_sort_read_as_the_keys_it_would_have_written(tmp_pa
 
 
 
-def test_aio_contexts_are_made_once_and_lent_to_every_later_pass(tmp_path):
+def test_aio_contexts_and_cell_files_are_made_once_then_reused(tmp_path):
     """What this proves: the sort's merge and permute lanes, the walk's prefetch, the next
     sort's runs, the read-ahead and the cell files of each step's tree borrow their AIO
-    contexts from the store's pool: after the first step, further steps make none (each
-    io_destroy waits ~20-55 ms for an RCU grace period, several of them on a step's critical
-    path), and the steps stay the in-core leapfrog's bit for bit."""
+    contexts from the store's pool, and each step's tree writes its cells into the file the
+    last tree left on the store's shelf: after the first step, further steps make no context
+    (each io_destroy waits ~20-55 ms for an RCU grace period) and no file (the unlink of the
+    last one took ~45 ms), the scratch directory holds the same files, and the steps stay the
+    in-core leapfrog's bit for bit."""
     n, dt = 6000, 1 / 64
     p = gp.ic.plummer(n, seed=16)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
     sim.evolve(4 * dt)
     with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
                                   page_bytes=PAGE) as o:
-        if o.store.stats()["io_mode"] != "direct":
-            pytest.skip("the scratch file system refuses O_DIRECT: batches go a page at a time, with no AIO")
         o.presort, o.presort_run = True, 1024
         o.forces(next_dt=dt)
         o.step(dt)
-        made = o.store.stats()["aio_contexts_made"]
-        steps = [o.step(dt) for _ in range(3)]
+        made, files = o.store.stats()["aio_contexts_made"], sorted(os.listdir(tmp_path))
+        assert len(files) == 2  # the store's pages and the cells' (held by the tree)
+        steps = []
+        for _ in range(3):
+            steps.append(o.step(dt))
+            assert sorted(os.listdir(tmp_path)) == files
         assert all(st.sort_detail["runs"] > 1 and st.sort_detail["presorted_used"] for st in steps)
         assert all(st.sort_detail.get("tree_in_sort", False) for st in steps)
-        assert made > 0 and o.store.stats()["aio_contexts_made"] == made
+        if o.store.stats()["io_mode"] == "direct":  # else batches go a page at a time, with no AIO
+            assert made > 0 and o.store.stats()["aio_contexts_made"] == made
         assert np.array_equal(o.gather("pos"), sim.particles.pos)
         assert np.array_equal(o.gather("vel"), sim.particles.vel)
+    assert os.listdir(tmp_path) == []  # the shelf's file goes with the store
 
 def test_equal_keys_keep_the_in_core_order(tmp_path):
     """Particles sharing curve keys (groups of 8 within 1e-9 of one lattice point, far below

@@ -29,6 +29,7 @@
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
 #include "gravpipe/read_ahead.hpp"
+#include "gravpipe/scratch_file_shelf.hpp"
 #include "gravpipe/store_counters.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -112,11 +113,13 @@ class PagedCellReader;
 class PagedCells {
  public:
   /// Tables for `cells` cells in a new scratch file in `directory`, served by `frames` frames
-  /// of `page_bytes` charged to `budget` (at least least_frames(threads)); `aio_pool`
-  /// (optional, not owned: the store's) lends the file's batches their AIO contexts.
+  /// of `page_bytes` charged to `budget` (at least least_frames(threads)). `shelf`
+  /// (optional, not owned: the store's, outliving this): the file is taken from it, and put
+  /// back for the next tree when this one goes, instead of a file made and removed each time.
   PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
              std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
-             AioContextPool* aio_pool = nullptr);
+             ScratchFileShelf* shelf = nullptr);
+  ~PagedCells();
   PagedCells(const PagedCells&) = delete;
   PagedCells& operator=(const PagedCells&) = delete;
 
@@ -175,6 +178,7 @@ class PagedCells {
   void share_frames();
   int threads_;
   std::int64_t cells_;
+  ScratchFileShelf* shelf_;  // not owned; may be null
   int walk_shift_;            // log2 of the records a page holds (a power of two: PagedCellReader::at)
   std::int64_t walk_mask_;
   std::size_t slots_;              // per reader

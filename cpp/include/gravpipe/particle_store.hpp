@@ -26,6 +26,7 @@
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
 #include "gravpipe/read_ahead.hpp"
+#include "gravpipe/scratch_file_shelf.hpp"
 #include "gravpipe/store_counters.hpp"
 
 namespace gravpipe {
@@ -203,6 +204,8 @@ class ParticleStore {
   MemoryBudget& budget() { return *budget_; }
   /// The AIO contexts this store's batches borrow (and the cells' files of its trees).
   AioContextPool& aio_pool() { return *aio_pool_; }
+  /// Where the trees over this store keep their cell files from one tree to the next.
+  ScratchFileShelf& scratch_shelf() { return *shelf_; }
   const MemoryBudget& budget() const { return *budget_; }
   Eviction eviction() const { return eviction_; }
   StoreCounters counters() const { return cache_->counters(); }
@@ -254,6 +257,7 @@ class ParticleStore {
   // lends AIO contexts to every BatchedPageIo of this store's file and of the trees' cell
   // files (PagedCells), and outlives them all
   std::unique_ptr<AioContextPool> aio_pool_ = std::make_unique<AioContextPool>();
+  std::unique_ptr<ScratchFileShelf> shelf_;  // the trees' cell files, kept from one tree to the next
   std::unique_ptr<PageFile> file_;
   std::unique_ptr<PageCache> cache_;
   std::unique_ptr<ReadAhead> read_ahead_;   // stops first

@@ -127,6 +127,7 @@ ParticleStore::ParticleStore(const StoreConfig& c)
     : n_(c.n), fields_(c.fields), eviction_(c.eviction), read_ahead_pages_(c.read_ahead) {
   check_config(c);
   file_ = std::make_unique<PageFile>(c.directory, c.page_bytes, c.io_mode, aio_pool_.get());  // checks page_bytes
+  shelf_ = std::make_unique<ScratchFileShelf>(c.directory, aio_pool_.get());
   const std::uint64_t least = least_budget(c);
   if (c.budget_bytes < least)
     throw BudgetError("store: memory budget " + format_bytes(c.budget_bytes) + " is too small for " +

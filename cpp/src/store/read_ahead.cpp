@@ -12,7 +12,10 @@ namespace gravpipe {
 ReadAhead::ReadAhead(PageCache& cache, std::size_t queue_pages, int workers)
     : cache_(cache), capacity_(queue_pages) {
   if (capacity_ == 0) return;
-  for (int w = 0; w < std::max(workers, 1); ++w) threads_.emplace_back([this] { serve(); });
+  for (int w = 0; w < std::max(workers, 1); ++w) {
+    threads_.emplace_back([this] { serve(); });
+    name_thread(threads_.back(), "gp-read-ahead");  // named before the store's maker goes on
+  }
 }
 
 ReadAhead::~ReadAhead() {
@@ -61,7 +64,6 @@ std::int64_t ReadAhead::failures() const {
 }
 
 void ReadAhead::serve() {
-  name_this_thread("gp-read-ahead");
   // this worker's own requests in flight; where AIO is refused it reads one page at a time
   BatchedPageIo reads(cache_.file(), static_cast<int>(kBatch));
   std::vector<std::int64_t> batch;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "gravpipe/error.hpp"
 
@@ -74,13 +75,14 @@ std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
 
 PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
                        std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
-                       AioContextPool* aio_pool)
-    : threads_(threads), cells_(cells) {
+                       ScratchFileShelf* shelf)
+    : threads_(threads), cells_(cells), shelf_(shelf) {
   if (cells < 1) throw InputError("paged cells: need at least one cell");
   if (frames < least_frames(threads))
     throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
                      std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
-  file_ = std::make_unique<PageFile>(directory, page_bytes, mode, aio_pool);  // checks page_bytes
+  PageFile::check_page_bytes(page_bytes);
+  file_ = shelf_ != nullptr ? shelf_->take(page_bytes, mode) : std::make_unique<PageFile>(directory, page_bytes, mode);
   walk_shift_ = walk_shift_for(page_bytes);
   walk_mask_ = (std::int64_t{1} << walk_shift_) - 1;
   const std::int64_t pages = pages_for(cells, page_bytes);
@@ -90,6 +92,12 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
     return "walk records of cells " + std::to_string(page << walk_shift_) + "..";
   });
   share_frames();
+}
+
+PagedCells::~PagedCells() {
+  read_ahead_.reset();  // what reads and writes the file goes first
+  cache_.reset();
+  if (shelf_ != nullptr && file_) shelf_->put(std::move(file_));
 }
 
 void PagedCells::share_frames() {

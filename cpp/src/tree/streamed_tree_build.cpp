@@ -305,7 +305,7 @@ void StreamedTreeBuild::merge_done() {
                                        "the tree's " + std::to_string(count_->groups) + " groups");
     const std::string directory = std::filesystem::path(store_.file().path()).parent_path().string();
     out.cells = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(), cells,
-                                             PagedCells::least_frames(threads_), threads_, budget, &store_.aio_pool());
+                                             PagedCells::least_frames(threads_), threads_, budget, &store_.scratch_shelf());
     // its frames grow for the walk (PagedTree); the records go past them, whole pages at once
     out.groups.reserve(static_cast<std::size_t>(count_->groups));
     Reservation window = budget.reserve((kStreamWindow + kFeed) * kWindowBytesPerParticle,
