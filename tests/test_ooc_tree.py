@@ -737,10 +737,12 @@ def test_aio_contexts_and_cell_files_are_made_once_then_reused(tmp_path):
     """What this proves: the sort's merge and permute lanes, the walk's prefetch, the next
     sort's runs, the read-ahead and the cell files of each step's tree borrow their AIO
     contexts from the store's pool, and each step's tree writes its cells into the file the
-    last tree left on the store's shelf: after the first step, further steps make no context
-    (each io_destroy waits ~20-55 ms for an RCU grace period) and no file (the unlink of the
-    last one took ~45 ms), the scratch directory holds the same files, and the steps stay the
-    in-core leapfrog's bit for bit."""
+    last tree left on the store's shelf: after the first step, further steps make no file
+    (the unlink of the last one took ~45 ms) and contexts only where their passes overlap
+    more than before (the pool grows to the most lent at once, a few at most; without it
+    each step makes ~10, and each io_destroy waits ~20-55 ms for an RCU grace period), the
+    scratch directory holds the same files, and the steps stay the in-core leapfrog's bit
+    for bit."""
     n, dt = 6000, 1 / 64
     p = gp.ic.plummer(n, seed=16)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, threads=2)
@@ -759,7 +761,7 @@ def test_aio_contexts_and_cell_files_are_made_once_then_reused(tmp_path):
         assert all(st.sort_detail["runs"] > 1 and st.sort_detail["presorted_used"] for st in steps)
         assert all(st.sort_detail.get("tree_in_sort", False) for st in steps)
         if o.store.stats()["io_mode"] == "direct":  # else batches go a page at a time, with no AIO
-            assert made > 0 and o.store.stats()["aio_contexts_made"] == made
+            assert made > 0 and o.store.stats()["aio_contexts_made"] - made <= 3  # not ~10 a step
         assert np.array_equal(o.gather("pos"), sim.particles.pos)
         assert np.array_equal(o.gather("vel"), sim.particles.vel)
     assert os.listdir(tmp_path) == []  # the shelf's file goes with the store
