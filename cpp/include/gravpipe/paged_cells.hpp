@@ -112,13 +112,12 @@ class PagedCellReader;
 
 class PagedCells {
  public:
-  /// Tables for `cells` cells in a new scratch file in `directory`, served by `frames` frames
-  /// of `page_bytes` charged to `budget` (at least least_frames(threads)). `shelf`
-  /// (optional, not owned: the store's, outliving this): the file is taken from it, and put
-  /// back for the next tree when this one goes, instead of a file made and removed each time.
-  PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
-             std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
-             ScratchFileShelf* shelf = nullptr);
+  /// Tables for `cells` cells in the scratch file that `shelf` (the store's, outliving this)
+  /// holds or makes, served by `frames` frames of `page_bytes` charged to `budget` (at least
+  /// least_frames(threads)); the file goes back on the shelf for the next tree when this one
+  /// goes, instead of a file made and removed for each tree.
+  PagedCells(ScratchFileShelf& shelf, std::size_t page_bytes, IoMode mode, Eviction eviction, std::int64_t cells,
+             std::int64_t frames, int threads, MemoryBudget& budget);
   ~PagedCells();
   PagedCells(const PagedCells&) = delete;
   PagedCells& operator=(const PagedCells&) = delete;
@@ -178,7 +177,7 @@ class PagedCells {
   void share_frames();
   int threads_;
   std::int64_t cells_;
-  ScratchFileShelf* shelf_;  // not owned; may be null
+  ScratchFileShelf& shelf_;  // not owned
   int walk_shift_;            // log2 of the records a page holds (a power of two: PagedCellReader::at)
   std::int64_t walk_mask_;
   std::size_t slots_;              // per reader

@@ -73,16 +73,15 @@ std::int64_t PagedCells::pages_for(std::int64_t cells, std::size_t page_bytes) {
   return (cells + per_page - 1) / per_page;
 }
 
-PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoMode mode, Eviction eviction,
-                       std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget,
-                       ScratchFileShelf* shelf)
+PagedCells::PagedCells(ScratchFileShelf& shelf, std::size_t page_bytes, IoMode mode, Eviction eviction,
+                       std::int64_t cells, std::int64_t frames, int threads, MemoryBudget& budget)
     : threads_(threads), cells_(cells), shelf_(shelf) {
   if (cells < 1) throw InputError("paged cells: need at least one cell");
   if (frames < least_frames(threads))
     throw InputError("paged cells: " + std::to_string(frames) + " frames, fewer than the " +
                      std::to_string(least_frames(threads)) + " that " + std::to_string(threads) + " threads need");
   PageFile::check_page_bytes(page_bytes);
-  file_ = shelf_ != nullptr ? shelf_->take(page_bytes, mode) : std::make_unique<PageFile>(directory, page_bytes, mode);
+  file_ = shelf_.take(page_bytes, mode);
   walk_shift_ = walk_shift_for(page_bytes);
   walk_mask_ = (std::int64_t{1} << walk_shift_) - 1;
   const std::int64_t pages = pages_for(cells, page_bytes);
@@ -97,7 +96,7 @@ PagedCells::PagedCells(const std::string& directory, std::size_t page_bytes, IoM
 PagedCells::~PagedCells() {
   read_ahead_.reset();  // what reads and writes the file goes first
   cache_.reset();
-  if (shelf_ != nullptr && file_) shelf_->put(std::move(file_));
+  if (file_) shelf_.put(std::move(file_));
 }
 
 void PagedCells::share_frames() {

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <stdexcept>
 #include <memory>
 
@@ -114,9 +113,8 @@ void PagedTree::make_cell_table(std::int64_t cells, std::int64_t groups) {
   const std::size_t page = store_.page_bytes();
   const std::int64_t pages = PagedCells::pages_for(cells, page);
   const std::int64_t frames = cell_frames(pages, 0, static_cast<std::uint64_t>(pages) * 5);
-  const std::string directory = std::filesystem::path(store_.file().path()).parent_path().string();
-  cells_ = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(), cells, frames,
-                                        threads_, store_.budget(), &store_.scratch_shelf());
+  cells_ = std::make_unique<PagedCells>(store_.scratch_shelf(), page, store_.file().mode(), store_.eviction(), cells,
+                                        frames, threads_, store_.budget());
 }
 
 std::uint64_t PagedTree::copy_allowance(std::int64_t n_crit, std::int64_t n_leaf) {

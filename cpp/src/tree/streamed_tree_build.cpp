@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <future>
 #include <stdexcept>
 #include <utility>
@@ -303,9 +302,8 @@ void StreamedTreeBuild::merge_done() {
     const std::uint64_t used_before = budget.used();
     out.groups_charge = budget.reserve(static_cast<std::uint64_t>(count_->groups) * sizeof(Group),
                                        "the tree's " + std::to_string(count_->groups) + " groups");
-    const std::string directory = std::filesystem::path(store_.file().path()).parent_path().string();
-    out.cells = std::make_unique<PagedCells>(directory, page, store_.file().mode(), store_.eviction(), cells,
-                                             PagedCells::least_frames(threads_), threads_, budget, &store_.scratch_shelf());
+    out.cells = std::make_unique<PagedCells>(store_.scratch_shelf(), page, store_.file().mode(), store_.eviction(),
+                                             cells, PagedCells::least_frames(threads_), threads_, budget);
     // its frames grow for the walk (PagedTree); the records go past them, whole pages at once
     out.groups.reserve(static_cast<std::size_t>(count_->groups));
     Reservation window = budget.reserve((kStreamWindow + kFeed) * kWindowBytesPerParticle,
