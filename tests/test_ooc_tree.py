@@ -567,16 +567,15 @@ def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, monkeypatc
     so each thread's lease soon holds its share and copies its blocks, which come out of the
     room kept beside the cells), leapfrog steps with the walk's runs and the tree built in
     the sort raise nothing, charge no more than the budget and equal the in-core leapfrog
-    bit for bit. Each thread's copied blocks are planned for once (session 24: they were
-    counted twice, in the tree's room and again in the fixed allowances), and bounded: a
-    run's sinks and the one source piece being gathered (session 25: 4 MiB a thread were
-    planned, unbounded, before)."""
+    bit for bit. Each thread's copied blocks are planned for once (in the tree's room, not
+    again in the fixed allowances), and bounded: a run's sinks and the one source piece
+    being gathered, not an unbounded 4 MiB a thread."""
     import warnings
 
     import gravpipe.ooc as ooc_mod
     # the kick passes' blocks made small: their 4.5 MiB would hide a shortfall elsewhere (with
     # no room for copied blocks, 2 threads raise MemoryBudgetError at this budget: checked
-    # in sessions 24 and 25)
+    # by hand, so the test can fail)
     monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 16)
     n, dt = 4000, 1 / 64
     p = gp.ic.plummer(n, seed=12)

@@ -2,7 +2,8 @@
 out-of-core step: the same budget (1/10 of the data), particle caches of the sizes named (MiB,
 ``cache_bytes``; the cells' cache takes what is left), a fresh store for each, alternating
 so that the host's drift hits every size alike. Prints each second step's time, walk, sort,
-CPU, stalls, bytes read and the cells' cache, then the medians. BENCHMARKS.md, session 24.
+CPU, stalls, bytes read and the cells' cache, then the medians. BENCHMARKS.md,
+"Pages, prefetch and the budget's split".
 
     python benchmarks/ooc/cache_split_ab.py 1e7 /path/to/scratch 26,30 3 [threads, default 2]
 """

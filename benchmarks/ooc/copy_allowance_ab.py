@@ -1,9 +1,9 @@
 """The budget's plan for the threads' copied particle blocks, A/B: 4 MiB a thread (the plan
-before session 25, when a walk kept every copy of a run) against the bound the walk now keeps
+for a walk that keeps every copy of a run) against the bound the walk now keeps
 (PagedTree::copy_allowance, ~96 KiB a thread), at the same budget (1/10 of the data): what the
 plan frees goes to the particles' and the cells' caches. A fresh store for each, alternating,
 so that the host's drift hits both alike. Prints each second step's line, then the medians.
-BENCHMARKS.md, session 25.
+BENCHMARKS.md, "Pages, prefetch and the budget's split".
 
     python benchmarks/ooc/copy_allowance_ab.py 1e7 /path/to/scratch 3
 """

@@ -1,10 +1,10 @@
 """How far particles move in curve order over one drift: the case for (or against) a
 one-pass sort of nearly sorted pages. Positions in curve order, drifted by dt vel, sorted
 again; prints quantiles of |new rank - old rank| and the particles beyond a window
-(BENCHMARKS.md, "Fewer passes over the pages (session 8)"), and, for the external sort's
+(BENCHMARKS.md, "The external sort"), and, for the external sort's
 runs made during the walk (slices of RUN particles of the old order, each sorted), how many
 stretches of consecutive run places the merged order takes them in: the gathers a reader of
-a field left in the runs' order would make (BENCHMARKS.md, session 28).
+a field left in the runs' order would make (BENCHMARKS.md, "Measured and not kept").
 
     python benchmarks/ooc/curve_displacement.py 1e7
 """

@@ -1,6 +1,6 @@
 """A run's start: forces() then the first step, against forces(next_dt) (the first step's
 kick-drift predicted and its sort's runs made in the first walk) then the first step, on
-fresh stores alternating. BENCHMARKS.md, session 28.
+fresh stores alternating. BENCHMARKS.md, "The ratio".
 
     python benchmarks/ooc/first_step_ab.py 1e7 DIR ROUNDS
 """

@@ -2,8 +2,7 @@
 thread while this one is sorted and written), alternating in one process at a budget of
 1/10 of the particle data. With ``kick-drift`` the sort kicks and drifts each run as it
 reads it (h = dt = 0: the same reads and writes, positions unchanged, so the predicted
-bounds stay exact from one sort to the next). BENCHMARKS.md, "Fewer passes over the pages
-(session 8)".
+bounds stay exact from one sort to the next). BENCHMARKS.md, "The external sort".
 
     python benchmarks/ooc/sort_overlap_ab.py 1e7 /path/to/scratch [kick-drift]
 """

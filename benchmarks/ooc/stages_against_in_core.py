@@ -6,7 +6,7 @@ thread-seconds over the threads, so they add up to the forces' wall time). The i
 step in the same round is the reference for a change to the out-of-core walk: the host's
 phase moves both alike. The optional fourth argument is the budget as a fraction of the
 particle data (default 0.1; below ~1e7 particles 1/10 is less than the least budget).
-BENCHMARKS.md, session 31.
+BENCHMARKS.md, "Stage by stage against the in-core step".
 
     python benchmarks/ooc/stages_against_in_core.py 1e7 /path/to/scratch [rounds] [0.1]
 """

@@ -3,8 +3,8 @@
 ones (it is preempted), and user + system CPU, read from /proc/self/task every 50 ms, so
 threads that live only for the walk (the prefetch, the next sort's run maker) are counted
 too. The optional third argument is the budget as a fraction of the particle data (default
-0.1; below ~1e7 particles 1/10 is less than the least budget). BENCHMARKS.md, sessions 24
-and 26.
+0.1; below ~1e7 particles 1/10 is less than the least budget). BENCHMARKS.md,
+"Where the out-of-core step's CPU goes".
 
     python benchmarks/ooc/thread_switches.py 1e7 /path/to/scratch [0.1]
 """

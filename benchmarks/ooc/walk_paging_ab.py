@@ -1,7 +1,7 @@
 """What paging costs the out-of-core walk: the same tree evaluation at a budget of 1/10 of
 the particle data and at 3x it (every page cached, no reads), alternating in one process so
 that the host's drift hits both alike. Prints wall and CPU seconds of the walk, stalls and
-bytes read. BENCHMARKS.md, "Fewer passes over the pages (session 8)".
+bytes read. BENCHMARKS.md, "Where the out-of-core step's CPU goes".
 
     python benchmarks/ooc/walk_paging_ab.py 1e7 /path/to/scratch
 """

@@ -1,7 +1,8 @@
 """The out-of-core walk's prefetch depth, A/B in one process: steps alternate between the
 depths named (runs planned ahead of each compute thread; 0 turns the prefetch off), so that
 the host's drift hits every depth alike. Prints each step's time, walk, sort, CPU, context
-switches, stalls and bytes read, then the medians. BENCHMARKS.md, session 24.
+switches, stalls and bytes read, then the medians. BENCHMARKS.md, "Pages, prefetch and the
+budget's split".
 
     python benchmarks/ooc/walk_prefetch_ab.py 1e7 /path/to/scratch 4,0 3
 """

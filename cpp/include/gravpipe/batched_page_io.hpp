@@ -6,7 +6,7 @@
 // Why: a page read or written with pread/pwrite is the only one in flight and costs a sleep and
 // a wake of its thread, and on a virtual disk a doorbell write to the device, on two cores
 // shared with the forces. fio on the scratch disk: 0.61 s of system CPU per GB read one at a
-// time, 0.22 s eight deep (BENCHMARKS.md, session 14).
+// time, 0.22 s eight deep (BENCHMARKS.md, "Storage").
 //
 // Where the kernel refuses an AIO context (no CONFIG_AIO, a seccomp filter, aio-max-nr
 // reached) or the file is buffered (AIO on a buffered file blocks in io_submit), the pages go

@@ -5,7 +5,7 @@
 // next to each other on it touch in space. A run of groups along it is a compact region, so
 // the tree walk's near field moves smoothly from one group to the next. Out of core that is
 // what the page cache pays for: at N = 1e7 within 1/10 of the data the walk reads 18% fewer
-// bytes than in Morton order, 24% fewer of its cells' (BENCHMARKS.md, session 22).
+// bytes than in Morton order, 24% fewer of its cells' (BENCHMARKS.md, "Out-of-core treecode").
 //
 // The key is computed from the Morton key of the same grid point, a level at a time, with
 // Hamilton's state machine (C. H. Hamilton, "Compact Hilbert indices", Dalhousie University

@@ -1,7 +1,8 @@
 // The page of a particle, i / per_page, for readers that ask it for every cell or key they
 // touch (the walk prefetch's footprint, the tree build's key reader): a shift where a page
 // holds a power of two of particles, as it does at the default page sizes, where two 64-bit
-// divisions a cell were a visible part of the footprint's time (BENCHMARKS.md, session 28).
+// divisions a cell were a visible part of the footprint's time (BENCHMARKS.md,
+// "Out-of-core treecode").
 #pragma once
 #include <cstdint>
 

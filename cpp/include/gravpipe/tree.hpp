@@ -339,9 +339,9 @@ void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, doubl
 /// The arrays a tree is built in, handed from one tree to the next (TreeForceProvider
 /// rebuilds every step): a new tree resizes them, keeping their capacity, so that a step
 /// faults no fresh pages in. Fresh arrays of ~170 bytes a particle each step cost ~17% of an
-/// N = 1e7 step on a VM (BENCHMARKS.md, session 14). Their values are never read back. A
-/// tree built with storage keeps its build's scratch (keys and the sort's second buffers, 24
-/// bytes a particle) for the next; one built without frees it.
+/// N = 1e7 step on a VM (BENCHMARKS.md, "Barnes-Hut treecode, CPU"). Their values are never
+/// read back. A tree built with storage keeps its build's scratch (keys and the sort's second
+/// buffers, 24 bytes a particle) for the next; one built without frees it.
 struct TreeStorage {
   std::vector<std::uint64_t> keys;  // the build's keys (scratch)
   SortScratch sort;                 // the radix sort's second buffers (scratch)

@@ -12,7 +12,7 @@
 // The pages checked are mostly ones the disk has just written by DMA, in none of the CPU's
 // caches: there the three streams wait on memory (6.9 GB/s on 64 KiB pages against 25.8
 // from cache, AMD EPYC Zen 4), so each block asks for the next block's cache lines while it
-// runs: 15.2 GB/s on the same cold pages (BENCHMARKS.md, session 30).
+// runs: 15.2 GB/s on the same cold pages (BENCHMARKS.md, "Storage").
 #include <nmmintrin.h>
 #include <xmmintrin.h>
 

@@ -154,7 +154,7 @@ class WalkPrefetch {
   std::map<std::int64_t, std::vector<std::int64_t>> plans_;
   std::int64_t room_pages_;            // local pages (4 frames each) the plans may hold
   /// Local pages whose loads go to the file together (x 1..4 columns), and the requests
-  /// in flight at once (BENCHMARKS.md, session 16).
+  /// in flight at once (BENCHMARKS.md, "Out-of-core treecode").
   static constexpr std::size_t kBatchPages = 8;
   static constexpr int kReadDepth = 16;
   BatchedPageIo reads_;             // the prefetch thread's alone
