@@ -1,4 +1,4 @@
-# Sourced by the scripts beside it (run.sh, lease_check.sh), from the repository root: the
+# Sourced by the scripts beside it (run.sh, device_check.sh), from the repository root: the
 # output folder, a time stamp, the machine's description and the CUDA build for the GPU
 # present. Results go to ${OUT:-gpu-out}/.
 out="${OUT:-gpu-out}"

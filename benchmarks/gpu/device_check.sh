@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# One short call on a lent GPU machine (its lease is minutes): build with CUDA for the GPU
+# One short call on the GPU machine (its time there is minutes): build with CUDA for the GPU
 # present, the gpu-marked tests, the GPU tree lists against the CPU tree at N = 1e7, the
 # out-of-core step against the in-core one at N = 1e7 on that host's disk (a second machine
 # for issue 10's ratio), then the out-of-core tests on that host's file system. The stages run
-# in that order of priority under one deadline (LEASE_SECONDS, default 540): each gets its own
+# in that order of priority under one deadline (DEADLINE_SECONDS, default 540): each gets its own
 # limit or what is left, whichever is less, so a slow one cannot eat the rest and the results
-# are always packed. Everything lands in ${OUT:-gpu-out}/lease_results.tgz.
-#   bash benchmarks/gpu/lease_check.sh          (from the repository root)
+# are always packed. Everything lands in ${OUT:-gpu-out}/device_results.tgz.
+#   bash benchmarks/gpu/device_check.sh          (from the repository root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . benchmarks/gpu/setup.sh
-deadline=$((SECONDS + ${LEASE_SECONDS:-540}))
+deadline=$((SECONDS + ${DEADLINE_SECONDS:-540}))
 # seconds a stage may run: its own limit $1, or what is left before the deadline
 allow() { local left=$((deadline - SECONDS)); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
 
@@ -42,4 +42,4 @@ if [ $((deadline - SECONDS)) -gt 40 ]; then
 fi
 stamp done
 # one archive back (the device tool returns at most 8 files)
-tar czf /tmp/lease_results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/lease_results.tgz "$out/lease_results.tgz"
+tar czf /tmp/device_results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/device_results.tgz "$out/device_results.tgz"
