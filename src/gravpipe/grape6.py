@@ -12,20 +12,31 @@ C header ``gravpipe/g6.h`` and a relocatable pkg-config file ship inside the pac
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 from pathlib import Path
 
 LIBRARY = "libgravpipe_g6.so"
 
 
+def _built_dir() -> Path:
+    """The folder the build installed its compiled files into: the extension module's. A
+    regular install puts them next to this file; an editable one leaves this file in the
+    source tree and the built files in site-packages."""
+    spec = importlib.util.find_spec("gravpipe._core")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent
+    return Path(__file__).resolve().parent
+
+
 def libdir() -> Path:
     """Folder holding libgravpipe_g6.so (and pkgconfig/gravpipe_g6.pc)."""
-    return Path(__file__).resolve().parent / "lib"
+    return _built_dir() / "lib"
 
 
 def includedir() -> Path:
     """Folder to put on the include path for ``#include "gravpipe/g6.h"``."""
-    return Path(__file__).resolve().parent / "include"
+    return _built_dir() / "include"
 
 
 def pkgconfig_dir() -> Path:
