@@ -6,6 +6,10 @@ g6calc_firsthalf / g6calc_lasthalf(2) / neighbour lists, and their output is com
 independent references: a float64 numpy direct sum (forces on j-particles predicted to ti),
 brute-force neighbour search, and gravpipe's own Hermite integrator (energy error and
 final state of the same block-step scheme).
+
+Both drivers trap FE_INVALID, FE_DIVBYZERO and FE_OVERFLOW (the C one with feenableexcept,
+the Fortran one built with -ffpe-trap): the library raises no floating-point exception on
+valid input, without softening (eps2 = 0, the self pair at r = 0) included, in every ISA.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ def f_driver(build):
     if fc is None:
         pytest.skip("gfortran is not installed (CI installs it: apt-get install gfortran)")
     exe = build / "hermite_g6_f"
-    subprocess.run([fc, "-O2", "-std=f2008", "-Wall", "-Werror", str(HERE / "hermite_g6.f90"),
+    subprocess.run([fc, "-O2", "-std=f2008", "-Wall", "-Werror", "-ffpe-trap=invalid,zero,overflow",
+                    str(HERE / "hermite_g6.f90"),
                     *gravpipe_config("--libs"), "-o", str(exe)], check=True)
     return exe
 
@@ -70,14 +75,31 @@ def plummer():
     return gp.ic.plummer(N, seed=1)
 
 
-@pytest.fixture(scope="module")
-def ic_file(build, plummer):
-    path = build / "ic.txt"
+def write_ic(path, p, eps, t_end=T_END):
     with open(path, "w") as f:
-        f.write(f"{N} {EPS * EPS!r} 0.02 0.01 0.125 {T_END!r} {TI!r} {H2!r}\n")
-        for m, x, v in zip(plummer.mass, plummer.pos, plummer.vel):
+        f.write(f"{len(p.mass)} {eps * eps!r} 0.02 0.01 0.125 {t_end!r} {TI!r} {H2!r}\n")
+        for m, x, v in zip(p.mass, p.pos, p.vel):
             f.write(" ".join(repr(float(a)) for a in (m, *x, *v)) + "\n")
     return path
+
+
+@pytest.fixture(scope="module")
+def ic_file(build, plummer):
+    return write_ic(build / "ic.txt", plummer, EPS)
+
+
+@pytest.fixture(scope="module")
+def unsoftened(plummer):
+    """The Plummer model with particle 0 moved to the origin (where a central star sits, and
+    where the pipeline's padding lanes once sat), for eps2 = 0."""
+    pos = plummer.pos.copy()
+    pos[0] = 0.0
+    return gp.Particles(pos, plummer.vel, plummer.mass, plummer.id)
+
+
+@pytest.fixture(scope="module")
+def ic_file_unsoftened(build, unsoftened):
+    return write_ic(build / "ic_eps0.txt", unsoftened, 0.0, t_end=0.0625)
 
 
 def run(exe, *args, **env):
@@ -104,9 +126,9 @@ def parse_forces(out: str):
             "lists": [sorted(int(v) for v in r[18:]) for r in rows]}
 
 
-def check_forces(f, mass, precision):
+def check_forces(f, mass, precision, eps=EPS):
     """Forces on the driver's predicted positions against a float64 direct sum, self excluded."""
-    ra, rp, rj = direct_sum_f64(f["x"], mass, f["x"], eps=EPS, vel_j=f["v"], vel_i=f["v"], exclude=np.arange(N))
+    ra, rp, rj = direct_sum_f64(f["x"], mass, f["x"], eps=eps, vel_j=f["v"], vel_i=f["v"], exclude=np.arange(N))
     b = BOUND[precision]
     assert rel_rms(f["acc"], ra) <= b["acc"]
     assert rel_rms(f["pot"], rp) <= b["pot"]
@@ -202,6 +224,30 @@ def test_fortran_forces_and_neighbours(f_driver, ic_file, plummer):
     f = parse_forces(run(f_driver, "forces", ic_file).stdout)
     check_forces(f, plummer.mass, "mixed")
     check_neighbours(f)
+
+
+@pytest.mark.parametrize("isa", list(gp._core.available_isas()))
+@pytest.mark.parametrize("precision", ["mixed", "double"])
+def test_c_driver_without_softening_raises_no_fp_exception(c_driver, ic_file_unsoftened, unsoftened, isa,
+                                                           precision):
+    """eps2 = 0 under trapped FP exceptions (SIGFPE otherwise): forces and neighbours on
+    predicted particles, and a Hermite run, whose blocks leave padding lanes."""
+    env = {"GRAVPIPE_ISA": isa, "GRAVPIPE_G6_PRECISION": precision, "OMP_NUM_THREADS": 2}
+    f = parse_forces(run(c_driver, "forces", ic_file_unsoftened, **env).stdout)
+    check_forces(f, unsoftened.mass, precision, eps=0.0)
+    check_neighbours(f)
+    s, x, _ = parse_hermite(run(c_driver, "hermite", ic_file_unsoftened, **env).stdout)
+    assert s["blocks"] > 100 and np.isfinite(x).all()
+    assert abs((s["E1"] - s["E0"]) / s["E0"]) < 1e-5
+
+
+def test_fortran_driver_without_softening_raises_no_fp_exception(f_driver, ic_file_unsoftened, unsoftened):
+    """The Fortran host built with -ffpe-trap=invalid,zero,overflow, eps2 = 0 (it died of
+    SIGFPE in g6calc_lasthalf_ on its first force call)."""
+    f = parse_forces(run(f_driver, "forces", ic_file_unsoftened, OMP_NUM_THREADS=2).stdout)
+    check_forces(f, unsoftened.mass, "mixed", eps=0.0)
+    s, x, _ = parse_hermite(run(f_driver, "hermite", ic_file_unsoftened, OMP_NUM_THREADS=2).stdout)
+    assert np.isfinite(x).all() and abs((s["E1"] - s["E0"]) / s["E0"]) < 1e-5
 
 
 def test_errors_give_messages_and_error_returns(c_driver):

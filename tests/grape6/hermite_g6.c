@@ -9,7 +9,14 @@
  *   hermite_g6 errors               out-of-order calls and bad input: print each return code
  *
  * IC_FILE: "n eps2 eta eta_s dt_max t_end ti h2" on one line, then n lines "m x y z vx vy vz".
+ *
+ * hermite and forces run with FE_INVALID, FE_DIVBYZERO and FE_OVERFLOW trapped (glibc's
+ * feenableexcept, as a Fortran host built with -ffpe-trap does): the library must raise no
+ * floating-point exception on valid input, eps2 = 0 included, or the program dies of SIGFPE.
+ * The traps are armed before g6_open, so that the library's threads inherit them.
  */
+#define _GNU_SOURCE /* feenableexcept */
+#include <fenv.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -300,6 +307,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: hermite_g6 hermite|forces IC_FILE | hermite_g6 errors\n");
     return 2;
   }
+#if defined(__GLIBC__)
+  feenableexcept(FE_INVALID | FE_DIVBYZERO | FE_OVERFLOW);
+#endif
   if (g6_open(0) != GRAVPIPE_G6_OK) return 3;
   g6_set_tunit(51);
   g6_set_xunit(51);

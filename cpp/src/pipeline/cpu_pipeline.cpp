@@ -190,15 +190,17 @@ void CpuPipeline::write_i(const ForceRequest& req, std::size_t n_padded) {
   // Mixed mode puts i-particles in curve order too: an i-vector is then compact in space
   // and far from most tiles, which is what lets those tiles take the fast path.
   if (mixed) i_order_ = curve_order(req.pos_i, threads_);
+  // Padding lanes repeat the last i-particle with its exclusion; their results are never
+  // read. A lane at the origin with no exclusion met a j-particle there at r = 0 without
+  // softening, which raised FE_INVALID in the host (a central star, a Kepler problem).
+  // A copy of a lane of the block also leaves the far-tile test to the block's own lanes.
+  const auto row = [&](std::size_t k) { return i_row(std::min(k, n - 1)); };
   // Exclusions name user j indices; the mixed j-memory is in curve order.
   const auto exclude_at = [&](std::size_t k) -> std::int64_t {
-    const std::int64_t e = (k < n && !req.exclude.empty()) ? req.exclude[i_row(k)] : -1;
+    const std::int64_t e = req.exclude.empty() ? -1 : req.exclude[row(k)];
     return (e >= 0 && mixed) ? j_slot_of_[e] : e;
   };
-  // Padding lanes sit at the origin with no exclusion; their results are never read.
-  const auto coord = [&](Span<const double> a, std::size_t k, int c) {
-    return k < n ? a[3 * i_row(k) + c] : 0.0;
-  };
+  const auto coord = [&](Span<const double> a, std::size_t k, int c) { return a[3 * row(k) + c]; };
   if (precision_ == Precision::Mixed) {
     IMemoryMixed& m = i_mixed_;
     for (auto* v : {&m.xh, &m.yh, &m.zh, &m.xl, &m.yl, &m.zl}) v->resize(n_padded);

@@ -131,9 +131,12 @@ inline void j_loop(std::size_t j0, std::size_t j1, const Source& src, const Excl
       src.pos(j, k, dx, dy, dz);
       V dvx = zero<V>(), dvy = zero<V>(), dvz = zero<V>();
       if constexpr (kJerk) src.vel(j, k, dvx, dvy, dvz);
-      V rinv = rsqrt_scaled(softened_r2(dx, dy, dz, eps2));
+      const V r2 = softened_r2(dx, dy, dz, eps2);
+      V rinv;
       if constexpr (kExclude)
-        rinv = zero_where_excluded(rinv, ex[k], static_cast<std::int64_t>(j));
+        rinv = rsqrt_scaled_excluding(r2, ex[k], static_cast<std::int64_t>(j));
+      else
+        rinv = rsqrt_scaled(r2);
       add_pair<kJerk>(s[k], dx, dy, dz, dvx, dvy, dvz, mj, rinv, three);
     }
   }

@@ -70,14 +70,20 @@ inline ExclF load_exclude_f(const std::int64_t* p) {
 inline ExclD load_exclude_d(const std::int64_t* p) {
   return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))};
 }
-/// x with the lanes whose excluded index equals j set to zero.
-inline VF zero_where_excluded(VF x, ExclF ex, std::int64_t j) {
-  const __m256i eq = _mm256_cmpeq_epi32(ex.v, _mm256_set1_epi32(static_cast<std::int32_t>(j)));
-  return {_mm256_andnot_ps(_mm256_castsi256_ps(eq), x.v)};
+/// rsqrt_scaled(r2) in the lanes whose excluded index is not j, zero in those that is.
+/// An excluded lane's r2 is replaced by 1 before the root: it is 0 for the self pair
+/// without softening, and 0 * rsqrt(0) in the Newton step (or 1 / sqrt(0) in double)
+/// would raise FE_INVALID (FE_DIVBYZERO) in the host, which traps where the host enables
+/// it (gfortran -ffpe-trap=invalid), though the lane is zeroed after.
+inline VF rsqrt_scaled_excluding(VF r2, ExclF ex, std::int64_t j) {
+  const __m256 eq = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ex.v, _mm256_set1_epi32(static_cast<std::int32_t>(j))));
+  const VF rinv = rsqrt_scaled(VF{_mm256_blendv_ps(r2.v, _mm256_set1_ps(1.0f), eq)});
+  return {_mm256_andnot_ps(eq, rinv.v)};
 }
-inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) {
-  const __m256i eq = _mm256_cmpeq_epi64(ex.v, _mm256_set1_epi64x(j));
-  return {_mm256_andnot_pd(_mm256_castsi256_pd(eq), x.v)};
+inline VD rsqrt_scaled_excluding(VD r2, ExclD ex, std::int64_t j) {
+  const __m256d eq = _mm256_castsi256_pd(_mm256_cmpeq_epi64(ex.v, _mm256_set1_epi64x(j)));
+  const VD rinv = rsqrt_scaled(VD{_mm256_blendv_pd(r2.v, _mm256_set1_pd(1.0), eq)});
+  return {_mm256_andnot_pd(eq, rinv.v)};
 }
 
 /// True when every lane of a is greater than the same lane of b.

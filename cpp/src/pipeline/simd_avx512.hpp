@@ -72,14 +72,18 @@ inline ExclF load_exclude_f(const std::int64_t* p) {
   return {_mm512_load_si512(e)};
 }
 inline ExclD load_exclude_d(const std::int64_t* p) { return {_mm512_loadu_si512(p)}; }
-/// x with the lanes whose excluded index equals j set to zero (the mask keeps the others).
-inline VF zero_where_excluded(VF x, ExclF ex, std::int64_t j) {
+/// rsqrt_scaled(r2) in the lanes whose excluded index is not j, zero in those that is; an
+/// excluded lane's r2 (0 for the self pair without softening) is replaced by 1 first, so
+/// that no lane raises a floating-point exception (simd_avx2.hpp says why).
+inline VF rsqrt_scaled_excluding(VF r2, ExclF ex, std::int64_t j) {
   const __mmask16 eq = _mm512_cmpeq_epi32_mask(ex.v, _mm512_set1_epi32(static_cast<std::int32_t>(j)));
-  return {_mm512_maskz_mov_ps(static_cast<__mmask16>(~eq), x.v)};
+  const VF rinv = rsqrt_scaled(VF{_mm512_mask_mov_ps(r2.v, eq, _mm512_set1_ps(1.0f))});
+  return {_mm512_maskz_mov_ps(static_cast<__mmask16>(~eq), rinv.v)};
 }
-inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) {
+inline VD rsqrt_scaled_excluding(VD r2, ExclD ex, std::int64_t j) {
   const __mmask8 eq = _mm512_cmpeq_epi64_mask(ex.v, _mm512_set1_epi64(j));
-  return {_mm512_maskz_mov_pd(static_cast<__mmask8>(~eq), x.v)};
+  const VD rinv = rsqrt_scaled(VD{_mm512_mask_mov_pd(r2.v, eq, _mm512_set1_pd(1.0))});
+  return {_mm512_maskz_mov_pd(static_cast<__mmask8>(~eq), rinv.v)};
 }
 
 /// True when every lane of a is greater than the same lane of b.

@@ -48,8 +48,19 @@ constexpr double rsqrt_scale(VD) { return 1.0; }
 
 inline ExclF load_exclude_f(const std::int64_t* p) { return {*p}; }
 inline ExclD load_exclude_d(const std::int64_t* p) { return {*p}; }
-inline VF zero_where_excluded(VF x, ExclF ex, std::int64_t j) { return {ex.v == j ? 0.0f : x.v}; }
-inline VD zero_where_excluded(VD x, ExclD ex, std::int64_t j) { return {ex.v == j ? 0.0 : x.v}; }
+/// rsqrt_scaled(r2), or zero for an excluded pair, whose r2 (0 for the self pair without
+/// softening) never reaches the division: 1 / sqrt(0) would raise FE_DIVBYZERO in the host
+/// (simd_avx2.hpp), and the compiler may compute both sides of a select.
+inline VF rsqrt_scaled_excluding(VF r2, ExclF ex, std::int64_t j) {
+  const bool out = ex.v == j;
+  const VF rinv = rsqrt_scaled(VF{out ? 1.0f : r2.v});
+  return {out ? 0.0f : rinv.v};
+}
+inline VD rsqrt_scaled_excluding(VD r2, ExclD ex, std::int64_t j) {
+  const bool out = ex.v == j;
+  const VD rinv = rsqrt_scaled(VD{out ? 1.0 : r2.v});
+  return {out ? 0.0 : rinv.v};
+}
 
 inline bool all_greater(VF a, VF b) { return a.v > b.v; }
 

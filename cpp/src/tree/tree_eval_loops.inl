@@ -52,8 +52,12 @@ inline void particle_term(V xj, V yj, V zj, V mj, std::int64_t j, V eps2, IVecto
   using namespace kernel_lanes;
   const V zero_v = zero<V>();
   const V dx = xj - i.x, dy = yj - i.y, dz = zj - i.z;
-  V rinv = rsqrt_scaled(softened_r2(dx, dy, dz, eps2));
-  if constexpr (kMasked) rinv = zero_where_excluded(rinv, i.ex, j);
+  const V r2 = softened_r2(dx, dy, dz, eps2);
+  V rinv;
+  if constexpr (kMasked)
+    rinv = rsqrt_scaled_excluding(r2, i.ex, j);
+  else
+    rinv = rsqrt_scaled(r2);
   add_pair<false>(i.s, dx, dy, dz, zero_v, zero_v, zero_v, mj, rinv, zero_v);
 }
 

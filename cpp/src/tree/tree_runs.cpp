@@ -78,8 +78,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 /// The group's i-particles (read from `sinks`, a block that holds them) as the kernels read
 /// them, padded to the ISA's tree_i_pad: float64 coordinates (double) or float32 ones relative to
-/// `centre` (mixed). Padding lanes repeat the first sink and exclude nothing; their sums are
-/// dropped.
+/// `centre` (mixed). Padding lanes repeat the first sink with its exclusion (their sums are
+/// dropped): excluding nothing, they met that sink's own particle at r = 0 without
+/// softening, which raised FE_INVALID in the host.
 void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_t> i_exclude, bool exclude_self,
                const Group& g, bool mixed, const double centre[3], Isa isa) {
   const auto n = static_cast<std::size_t>(g.i_end - g.i_begin);
@@ -96,7 +97,7 @@ void set_sinks(GroupSinks& s, const ParticleBlock& sinks, Span<const std::int64_
     } else {
       s.x[q] = sinks.x(i), s.y[q] = sinks.y(i), s.z[q] = sinks.z(i);
     }
-    s.exclude[q] = q >= n ? -1 : exclude_self ? i : i_exclude[i];
+    s.exclude[q] = exclude_self ? i : i_exclude[i];
   }
 }
 
