@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -317,16 +318,26 @@ void build_paged_tree(ParticleStore& store, const PagedTreeShape& shape, const P
   std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(threads)
   {
-    // neither pins a page until asked for a key or a record: nothing here throws before the loop
-    const PagedKeys key(store);
-    PagedCellReader out = cells.reader(true);
+    // neither pins a page until asked for a key or a record, but each charges its table of
+    // pages to the budget: a refusal is recorded as a task's failure is, since an exception
+    // that leaves the parallel region ends the process
+    std::optional<PagedKeys> key;
+    std::optional<PagedCellReader> out;
+    try {
+      key.emplace(store);
+      out.emplace(cells.reader(true));
+    } catch (...) {
+#pragma omp critical(gravpipe_build_error)
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < n_tasks; ++t) {
       if (failed.load(std::memory_order_relaxed)) continue;
       try {
         const auto ts = static_cast<std::size_t>(t);
         const BuildTask& task = shape.tasks[ts];
-        SubtreeBuild build(key, particles, out, task_next[ts], params, groups.data() + task_group[ts]);
+        SubtreeBuild build(*key, particles, *out, task_next[ts], params, groups.data() + task_group[ts]);
         task_moments[ts] = build.visit(task.b, task.e, task.level, task_index[ts], task_in_group[ts] != 0);
       } catch (...) {
 #pragma omp critical(gravpipe_build_error)
