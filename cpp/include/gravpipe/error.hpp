@@ -52,6 +52,15 @@ class IntegrationError : public std::runtime_error {
   double time_;
 };
 
+/// An internal invariant of the core broken (a pin count below zero, a cell outside its
+/// parent, keys out of order after the sort): a bug in gravpipe, never bad input. Thrown
+/// only by the checks that GRAVPIPE_DEBUG_CHECKS compiles in (debug_checks.hpp), naming the
+/// file, the line and the condition. Python: RuntimeError.
+class InvariantError : public std::logic_error {
+ public:
+  explicit InvariantError(const std::string& what) : std::logic_error(what) {}
+};
+
 /// A memory budget too small for what was asked (the out-of-core store's page cache, its
 /// tables, and later tree cells and lists charge one budget): says what was asked and the
 /// least budget that works. Python: gravpipe.errors.MemoryBudgetError (a ValueError), with

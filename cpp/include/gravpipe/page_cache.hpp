@@ -18,6 +18,7 @@
 
 #include "gravpipe/aligned_buffer.hpp"
 #include "gravpipe/batched_page_io.hpp"
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_file.hpp"
@@ -224,6 +225,13 @@ class PageCache {
   std::function<std::string(std::int64_t)> namer_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;      // a frame became ready, unpinned or empty
+  /// GRAVPIPE_DEBUG_CHECKS: the frames' and pages' bookkeeping checked under mutex_ (a
+  /// pinned frame holds its page and the table says so, the charges match the frames,
+  /// the budget is not exceeded); every frame and page at once with `sweep`.
+  void check_invariants(int pinned_frame, std::int64_t page, bool sweep) const;
+  /// A release of a frame with no pins (unpin runs in PageHandle's destructor, which must
+  /// not throw): recorded there, raised by the next pin, flush or counters().
+  GRAVPIPE_DEBUG_ONLY(std::string unpin_error_;)
 };
 
 }  // namespace gravpipe

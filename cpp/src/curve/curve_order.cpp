@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/hilbert.hpp"
 
@@ -211,6 +212,12 @@ void sort_by_key(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& va
     SortScratch mine;
     radix_sort(keys, values, threads, mine);
   }
+#if GRAVPIPE_DEBUG_CHECKS
+  const auto out_of_order = std::is_sorted_until(keys.begin(), keys.end());
+  GRAVPIPE_DEBUG_ASSERT(out_of_order == keys.end(),
+                        "key " + std::to_string(out_of_order - keys.begin()) + " of " + std::to_string(keys.size()) +
+                            " is below the one before it after the sort");
+#endif
 }
 
 std::vector<std::int64_t> sort_keys(std::vector<std::uint64_t>& keys, int threads) {
@@ -224,6 +231,14 @@ void sort_keys_into(std::vector<std::uint64_t>& keys, std::vector<std::int64_t>&
   order.resize(keys.size());
   std::iota(order.begin(), order.end(), std::int64_t{0});
   sort_by_key(keys, order, threads, scratch);
+#if GRAVPIPE_DEBUG_CHECKS
+  // stable: equal keys keep their input order, so the order is the same for any thread count
+  for (std::size_t k = 1; k < keys.size(); ++k)
+    GRAVPIPE_DEBUG_ASSERT(keys[k - 1] != keys[k] || order[k - 1] < order[k],
+                          "equal keys at " + std::to_string(k - 1) + " and " + std::to_string(k) +
+                              " hold input positions " + std::to_string(order[k - 1]) + " and " +
+                              std::to_string(order[k]) + ": the sort was not stable");
+#endif
 }
 
 std::vector<std::int64_t> curve_order(Span<const double> pos, int threads) {

@@ -95,7 +95,59 @@ PageHandle PageCache::pin(std::int64_t page, Access access, bool* stalled) {
   if (page < 0 || page >= pages_)
     throw InputError("page cache: page " + std::to_string(page) + " outside [0, " + std::to_string(pages_) + ")");
   const int frame = acquire(page, access, false, stalled);
-  return PageHandle(this, frame, frame_data(frame));
+  PageHandle h(this, frame, frame_data(frame));  // unpins if a check below throws
+  if constexpr (kDebugChecks) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_invariants(frame, page, false);
+  }
+  return h;
+}
+
+void PageCache::check_invariants(int pinned_frame, std::int64_t page, bool sweep) const {
+#if GRAVPIPE_DEBUG_CHECKS
+  GRAVPIPE_DEBUG_ASSERT(unpin_error_.empty(), unpin_error_);
+  GRAVPIPE_DEBUG_ASSERT(budget_->used() <= budget_->total(), "charged " + std::to_string(budget_->used()) +
+                                                                 " of " + std::to_string(budget_->total()));
+  GRAVPIPE_DEBUG_ASSERT(frames_charge_.bytes() == frames_.size() * page_bytes_,
+                        std::to_string(frames_.size()) + " frames, " + std::to_string(frames_charge_.bytes()) +
+                            " bytes charged for them");
+  GRAVPIPE_DEBUG_ASSERT(tables_charge_.bytes() == static_cast<std::uint64_t>(pages_) * kTableBytesPerPage,
+                        std::to_string(tables_charge_.bytes()) + " bytes charged for the tables");
+  GRAVPIPE_DEBUG_ASSERT(prefetched_unused_ >= 0 && prefetches_in_flight_ >= 0,
+                        "prefetched unused " + std::to_string(prefetched_unused_) + ", in flight " +
+                            std::to_string(prefetches_in_flight_));
+  GRAVPIPE_DEBUG_ASSERT(counters_.bytes_read == counters_.pages_read * static_cast<std::int64_t>(page_bytes_) &&
+                            counters_.bytes_written == counters_.pages_written * static_cast<std::int64_t>(page_bytes_),
+                        "page and byte counters disagree");
+  if (pinned_frame >= 0) {
+    const Frame& fr = frames_[static_cast<std::size_t>(pinned_frame)];
+    GRAVPIPE_DEBUG_ASSERT(fr.page == page && frame_of(page) == pinned_frame && fr.pins >= 1,
+                          "page " + std::to_string(page) + " pinned in frame " + std::to_string(pinned_frame) +
+                              ", which holds page " + std::to_string(fr.page) + " with " +
+                              std::to_string(fr.pins) + " pins; the table says frame " +
+                              std::to_string(frame_of(page)));
+  }
+  if (!sweep) return;
+  for (std::size_t f = 0; f < frames_.size(); ++f) {
+    const Frame& fr = frames_[f];
+    GRAVPIPE_DEBUG_ASSERT(fr.pins >= 0, "frame " + std::to_string(f) + " has " + std::to_string(fr.pins) + " pins");
+    GRAVPIPE_DEBUG_ASSERT(fr.state != State::Ready || (fr.page >= 0 && frame_of(fr.page) == static_cast<int>(f)),
+                          "frame " + std::to_string(f) + " is ready with page " + std::to_string(fr.page) +
+                              ", which the table puts in frame " + std::to_string(frame_of(fr.page)));
+    GRAVPIPE_DEBUG_ASSERT(fr.state != State::Empty || (fr.page < 0 && fr.pins == 0 && !fr.dirty),
+                          "empty frame " + std::to_string(f) + " holds page " + std::to_string(fr.page));
+  }
+  for (std::int64_t p = 0; p < pages_; ++p) {
+    const int f = frame_of(p);
+    if (f == kNoFrame) continue;
+    GRAVPIPE_DEBUG_ASSERT(f >= 0 && f < frames() && (frames_[static_cast<std::size_t>(f)].page == p ||
+                                                     frames_[static_cast<std::size_t>(f)].state == State::Busy),
+                          "the table puts page " + std::to_string(p) + " in frame " + std::to_string(f) +
+                              ", which holds another");
+  }
+#else
+  (void)pinned_frame, (void)page, (void)sweep;
+#endif
 }
 
 bool PageCache::prefetch(std::int64_t page) {
@@ -551,6 +603,14 @@ bool PageCache::crc_matches(std::int64_t page, const unsigned char* data) const 
 
 void PageCache::unpin(int f) {
   std::lock_guard<std::mutex> lock(mutex_);
+#if GRAVPIPE_DEBUG_CHECKS
+  if (frames_[static_cast<std::size_t>(f)].pins <= 0) {
+    if (unpin_error_.empty())
+      unpin_error_ = "frame " + std::to_string(f) + " released with " +
+                     std::to_string(frames_[static_cast<std::size_t>(f)].pins) + " pins";
+    return;
+  }
+#endif
   if (--frames_[static_cast<std::size_t>(f)].pins == 0) changed_.notify_all();
 }
 
@@ -585,6 +645,7 @@ void PageCache::flush() {
     fr.dirty = false;
     changed_.notify_all();
   }
+  if constexpr (kDebugChecks) check_invariants(-1, -1, true);
 }
 
 void PageCache::set_frames(std::int64_t frames) {
@@ -611,6 +672,7 @@ void PageCache::set_frames(std::int64_t frames) {
   policy_ = std::make_unique<EvictionPolicy>(eviction_, n);
   prefetched_unused_ = 0;
   changed_.notify_all();
+  if constexpr (kDebugChecks) check_invariants(-1, -1, true);
 }
 
 void PageCache::discard(std::int64_t first, std::int64_t count) {
@@ -650,10 +712,12 @@ void PageCache::evict_all() {
     if (fr.prefetched) --prefetched_unused_;
     fr = Frame{};
   }
+  if constexpr (kDebugChecks) check_invariants(-1, -1, true);
 }
 
 StoreCounters PageCache::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  if constexpr (kDebugChecks) check_invariants(-1, -1, false);
   return counters_;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/error.hpp"
 
 namespace gravpipe {
@@ -207,6 +208,8 @@ std::int64_t ParticleStore::checked_column(const std::string& field, int compone
 std::int64_t ParticleStore::page_of(const std::string& field, int component, std::int64_t index) const {
   const std::int64_t col = checked_column(field, component, index, 1);
   const Stripe& stripe = stripes_[columns_[static_cast<std::size_t>(col)].stripe];
+  GRAVPIPE_DEBUG_ASSERT(index / stripe.per_page < stripe.pages && stripe.base + stripe.pages <= pages(),
+                        "particle " + std::to_string(index) + " of '" + field + "'");
   return stripe.base + index / stripe.per_page;
 }
 
@@ -228,6 +231,11 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
   const Stripe& stripe = stripes_[col.stripe];
   const std::int64_t per_page = stripe.per_page;
   const std::int64_t end = begin + count;
+  GRAVPIPE_DEBUG_ASSERT(begin >= 0 && count >= 0 && end <= n_,
+                        "particles [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                            std::to_string(n_));
+  GRAVPIPE_DEBUG_ASSERT(col.offset + static_cast<std::size_t>(per_page * kElementBytes) <= page_bytes(),
+                        "column at byte " + std::to_string(col.offset) + " of a page of " + std::to_string(page_bytes()));
   std::int64_t k = begin;
   std::int64_t hinted = -1;  // the last local page handed to read-ahead
   while (k < end) {
@@ -249,6 +257,9 @@ void ParticleStore::copy_column(std::int64_t column, std::int64_t begin, std::in
     const std::int64_t page_last = std::min(page_first + per_page, n_);  // one past
     const std::int64_t stop = std::min(end, page_last);
     const std::int64_t page = stripe.base + local;
+    GRAVPIPE_DEBUG_ASSERT(local < stripe.pages && page < pages() && stop > k,
+                          "particle " + std::to_string(k) + " on page " + std::to_string(local) + " of a stripe of " +
+                              std::to_string(stripe.pages));
     // a page shared with other columns is never wholly this column's to overwrite
     const bool whole = stripe.width == 1 && k == page_first && stop == page_last;
     if (!kWrite && read_ahead) read_ahead_->cancel(page);  // reached: a late hint would only reload it
@@ -366,6 +377,8 @@ void ParticleStore::read_through(Span<const ColumnOut> columns, std::int64_t beg
       if (page < st.base || page >= st.base + st.pages) continue;
       const std::int64_t first = (page - st.base) * st.per_page;
       const std::int64_t k0 = std::max(begin, first), k1 = std::min(end, first + st.per_page);
+      GRAVPIPE_DEBUG_ASSERT(k1 <= n_ && r.col->offset + static_cast<std::size_t>((k1 - first) * kElementBytes) <= page_bytes(),
+                            "particles up to " + std::to_string(k1) + " of page " + std::to_string(page));
       const unsigned char* p = data + r.col->offset + (k0 - first) * kElementBytes;
       unsigned char* b = r.out + (k0 - begin) * r.stride * kElementBytes;
       for (std::int64_t k = k0; k < k1; ++k, p += kElementBytes, b += r.stride * kElementBytes)

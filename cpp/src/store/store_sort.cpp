@@ -18,6 +18,7 @@
 
 #include "gravpipe/aligned_buffer.hpp"
 #include "gravpipe/batched_page_io.hpp"
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/leapfrog_element.hpp"
 #include "gravpipe/memory_budget.hpp"
@@ -238,6 +239,12 @@ void sort_run(ParticleStore& s, const StoreSortConfig& c, const CurveBox& frame,
       std::sort(local.begin() + k, local.begin() + e, [&](std::int64_t u, std::int64_t v) { return in[u] < in[v]; });
     k = e;
   }
+#if GRAVPIPE_DEBUG_CHECKS
+  for (std::int64_t k = 1; k < n; ++k)
+    GRAVPIPE_DEBUG_ASSERT(keys[k - 1] < keys[k] || (keys[k - 1] == keys[k] && in[local[k - 1]] < in[local[k]]),
+                          "run at " + std::to_string(b) + ": particle " + std::to_string(k) +
+                              " is not after the one before it in (key, index) order");
+#endif
   const auto name = [&](const std::string& f) { return to_twin ? sort_twin(f) : f; };
   for (std::int64_t k = 0; k < n; ++k) out[k] = static_cast<std::int64_t>(keys[k]);
   if (to_twin || c.write_keys) write(name("key"), 0, b, n, out.data());
@@ -454,6 +461,9 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
   for (std::size_t r = 0; r < heads.size(); ++r) push(r);
   AlignedColumn key(kChunk), index(kChunk);
   const std::int64_t n = s.size();
+#if GRAVPIPE_DEBUG_CHECKS
+  std::pair<std::uint64_t, std::int64_t> last_out{0, -1};  // the merge's output so far ends here
+#endif
   for (std::int64_t k0 = 0; k0 < n; k0 += kChunk) {
     const std::int64_t m = std::min(kChunk, n - k0);
     for (std::int64_t k = 0; k < m;) {
@@ -476,6 +486,14 @@ void merge_runs(ParticleStore& s, std::vector<RunHead>& heads, std::int64_t head
       }
       push(r);
     }
+#if GRAVPIPE_DEBUG_CHECKS
+    for (std::int64_t k = 0; k < m; ++k) {
+      const std::pair<std::uint64_t, std::int64_t> out{static_cast<std::uint64_t>(key[k]), index[k]};
+      GRAVPIPE_DEBUG_ASSERT(k0 + k == 0 || last_out < out, "merged particle " + std::to_string(k0 + k) +
+                                                               " is not after the one before it in (key, index) order");
+      last_out = out;
+    }
+#endif
     progress.advance(k0 + m);
     if (observer != nullptr) observer->merged(k0, Span<const std::int64_t>(key.data(), static_cast<std::size_t>(m)));
     if (write_keys) s.write_column_through("key", 0, k0, m, key.data(), io);

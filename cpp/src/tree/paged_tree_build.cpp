@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "cell_moments.hpp"
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/error.hpp"
 #include "gravpipe/page_divider.hpp"
 #include "gravpipe/paged_particles.hpp"
@@ -125,6 +126,16 @@ class SubtreeBuild {
     } else {
       std::array<Range, 8> kids;
       n_children = children_of(key_, b, e, level, kids);
+#if GRAVPIPE_DEBUG_CHECKS
+      for (int q = 0; q < n_children; ++q)
+        GRAVPIPE_DEBUG_ASSERT(kids[static_cast<std::size_t>(q)].first == (q == 0 ? b : kids[static_cast<std::size_t>(q - 1)].second) &&
+                                  kids[static_cast<std::size_t>(q)].second > kids[static_cast<std::size_t>(q)].first,
+                              "out-of-core cell [" + std::to_string(b) + ", " + std::to_string(e) + "): child " +
+                                  std::to_string(q) + " does not follow its sibling");
+      GRAVPIPE_DEBUG_ASSERT(n_children >= 1 && kids[static_cast<std::size_t>(n_children - 1)].second == e,
+                            "out-of-core cell [" + std::to_string(b) + ", " + std::to_string(e) +
+                                "): its children do not hold its particles");
+#endif
       const auto child_level = static_cast<std::size_t>(level) + 1;
       const std::int64_t first = next_[child_level];
       next_[child_level] += n_children;

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "cell_moments.hpp"
+#include "gravpipe/debug_checks.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
 
@@ -42,6 +43,41 @@ void store(TreeNodes& t, std::size_t c, const CellMoments& m, double theta) {
   t.size[c] = cell_size(m);
   t.r_open2[c] = opening_radius2(m, t.size[c], theta);
 }
+
+#if GRAVPIPE_DEBUG_CHECKS
+/// Every split cell against its children as stored once the pass is done (so a parent
+/// summed before its children were would show): their boxes inside its box, their masses
+/// and particle counts adding up to its own, its centre of mass inside its box.
+void check_moments(const TreeNodes& t) {
+  for (std::size_t c = 0; c < t.count(); ++c) {
+    const std::string cell = "cell " + std::to_string(c);
+    // rounding of m x sums: far below this for any box that is not all one point
+    const double slack = 1e-9 * (std::max({std::abs(t.lo_x[c]), std::abs(t.lo_y[c]), std::abs(t.lo_z[c]),
+                                           std::abs(t.hi_x[c]), std::abs(t.hi_y[c]), std::abs(t.hi_z[c])}) +
+                                 t.size[c]);
+    GRAVPIPE_DEBUG_ASSERT(t.mass[c] <= 0 || (t.cx[c] >= t.lo_x[c] - slack && t.cx[c] <= t.hi_x[c] + slack &&
+                                             t.cy[c] >= t.lo_y[c] - slack && t.cy[c] <= t.hi_y[c] + slack &&
+                                             t.cz[c] >= t.lo_z[c] - slack && t.cz[c] <= t.hi_z[c] + slack),
+                          cell + ": centre of mass outside its box");
+    if (t.is_leaf(c)) continue;
+    double mass = 0;
+    std::int64_t count = 0;
+    for (std::size_t k = static_cast<std::size_t>(t.first_child[c]); k < static_cast<std::size_t>(t.first_child[c]) +
+                                                                          static_cast<std::size_t>(t.n_children[c]);
+         ++k) {
+      GRAVPIPE_DEBUG_ASSERT(t.lo_x[k] >= t.lo_x[c] && t.lo_y[k] >= t.lo_y[c] && t.lo_z[k] >= t.lo_z[c] &&
+                                t.hi_x[k] <= t.hi_x[c] && t.hi_y[k] <= t.hi_y[c] && t.hi_z[k] <= t.hi_z[c],
+                            cell + ": the box of its child " + std::to_string(k) + " reaches outside its own");
+      mass += t.mass[k], count += t.end[k] - t.begin[k];
+    }
+    GRAVPIPE_DEBUG_ASSERT(std::abs(mass - t.mass[c]) <= 1e-12 * std::abs(t.mass[c]),
+                          cell + ": mass " + std::to_string(t.mass[c]) + ", its children's " + std::to_string(mass));
+    GRAVPIPE_DEBUG_ASSERT(count == t.end[c] - t.begin[c], cell + ": its children hold " + std::to_string(count) +
+                                                               " of its " + std::to_string(t.end[c] - t.begin[c]) +
+                                                               " particles");
+  }
+}
+#endif
 
 }  // namespace
 
@@ -90,6 +126,9 @@ void compute_moments(TreeNodes& t, const Particles& p, double theta, double quad
     hi = lo;
   }
   if (error) std::rethrow_exception(error);
+#if GRAVPIPE_DEBUG_CHECKS
+  check_moments(t);
+#endif
   fill_walk_cells(t, theta, quad_tol, threads);
 }
 
