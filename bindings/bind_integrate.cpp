@@ -70,6 +70,8 @@ void bind_integrate(nb::module_& m) {
       .def_prop_ro("grid_origin", &Integrator::grid_origin)
       .def("positions", [](const Integrator& it) { return to_numpy(it.state().pos, {it.state().size(), 3}); })
       .def("velocities", [](const Integrator& it) { return to_numpy(it.state().vel, {it.state().size(), 3}); })
+      .def("potentials", [](const Integrator& it) { return to_numpy(it.potential(), {it.potential().size()}); },
+           "each particle's potential from the last force evaluation (N,), at time once evolve_to returned")
       .def("checkpoint", &checkpoint_dict)
       .def("counters", &counters_dict);
 

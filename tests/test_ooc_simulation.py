@@ -177,8 +177,10 @@ DISK_FULL_RUN = textwrap.dedent("""
     from gravpipe.errors import StoreError
     out, scratch, budget = sys.argv[1], sys.argv[2], int(sys.argv[3])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG instead of a signal
+    # precise rows: their potential goes to pot_check, the scratch file's last column, whose
+    # pages a run this small writes back (its other columns stay in the cache)
     sim = gp.Simulation(gp.ic.plummer(%d, seed=4), gravity="tree", dt=%r, threads=1, memory_budget=budget,
-                        scratch=scratch, page_bytes=%d)
+                        scratch=scratch, page_bytes=%d, precise_energy=True)
     sim.evolve(1 / 16, checkpoint_every=1 / 32, out=out, progress=False)
     # the 'disk' now ends inside the sort's columns of the scratch file (column-major pages;
     # vel~ comes after pos, vel, ..., pos~), above the size of a checkpoint (h5py does not

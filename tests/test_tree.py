@@ -341,12 +341,18 @@ def test_simulation_tree_rejects_hermite_and_stray_theta():
 
 
 def test_tree_simulation_energy_diagnostics_match_the_direct_sum():
-    """Tree runs measure W with a fine tree (O(N log N)), not an O(N^2) sum: same value to ~1e-6."""
+    """Tree runs take W from their own last evaluation (the tree's error at its theta) or,
+    precisely, from a fine tree (O(N log N), not an O(N^2) sum): the same value to ~1e-6."""
     p = gp.ic.plummer(3000, seed=17)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", dt=1 / 64, eps=1 / 32)
     w_direct = gp.diagnostics.potential_energy(sim.particles, 1 / 32)
-    assert abs(sim.energy().potential - w_direct) < 5e-6 * abs(w_direct)
-    assert abs(sim.history[0]["potential"] - w_direct) < 5e-6 * abs(w_direct)
+    assert abs(sim.energy(precise=True).potential - w_direct) < 5e-6 * abs(w_direct)
+    own = sim.energy().potential
+    assert own != sim.energy(precise=True).potential  # a different evaluation ...
+    assert abs(own - w_direct) < 1e-3 * abs(w_direct)  # ... with the run's tree error
+    assert sim.history[0]["potential"] == own
+    precise = gp.Simulation(p, gravity="tree", integrator="leapfrog", dt=1 / 64, eps=1 / 32, precise_energy=True)
+    assert abs(precise.history[0]["potential"] - w_direct) < 5e-6 * abs(w_direct)
 
 
 def test_simulation_tree_precision_and_backend():

@@ -14,9 +14,11 @@ diagnostics rows are computed in passes over the pages (``streamed_diagnostics``
 
 The same numbers as in core: for the same particles, parameters and thread count every step
 is the in-core tree leapfrog's bit for bit (``ooc``), and a run resumed from a checkpoint
-continues bit for bit, under any memory budget. The energy of a row uses the in-core run's
-diagnostic potential: a second tree at ``gravity.DIAGNOSTICS_THETA`` with float64 lists
-(written to the store's ``pot_check`` field, so the run's forces stay).
+continues bit for bit, under any memory budget. The energy of a row uses the potential of
+the run's own last force evaluation (the store's ``pot``), as in core; with
+``precise_energy`` the in-core run's precise potential instead: a second tree at
+``gravity.DIAGNOSTICS_THETA`` with float64 lists (written to the store's ``pot_check`` field,
+so the run's forces stay).
 
 Differences from the in-core :class:`~gravpipe.Simulation`, by design: one process (no MPI),
 the leapfrog only, the CPU only; files are in the store's curve order (every reader uses
@@ -120,16 +122,19 @@ class OutOfCoreSimulation(RunLoop):
                 t0 = _time.perf_counter()
                 run.forces(next_dt=settings.dt)  # and the first step's kick-drift and sort prepared
                 self._startup_seconds = _time.perf_counter() - t0
+                self._precise_energy = settings.precise_energy
                 energy0 = self._energy_now()
                 self.config = RunConfig("tree", "leapfrog", {"dt": settings.dt}, settings.eps, settings.G, "cpu",
                                         settings.precision, run.threads, settings.t0, energy0.total,
                                         theta=settings.theta, kinetic0=energy0.kinetic,
-                                        potential0=energy0.potential, out_of_core=settings.record())
+                                        potential0=energy0.potential, out_of_core=settings.record(),
+                                        precise_energy=settings.precise_energy)
                 self.history: list[dict] = []
                 self._steps_before = (0, 0)
                 self._record(energy0)
             else:
                 self.config, state, self.history = restart
+                self._precise_energy = self.config.precise_energy
                 self._origin, self._steps = float(state["grid_origin"]), int(state["steps"])
                 # every checkpoint records a row first: its counts are the run's so far
                 last = self.history[-1] if self.history else {}
@@ -249,17 +254,21 @@ class OutOfCoreSimulation(RunLoop):
     def _blocks(self, fields: list[str]):
         return lambda: (blk for _, blk in self._run.blocks(fields, BLOCK_ROWS))
 
-    def _energy_now(self) -> diagnostics.Energy:
-        self._run.diagnostic_potential(gravity_registry.DIAGNOSTICS_THETA)
-        s = streamed_diagnostics.sums(self._blocks(["mass", "vel", "pot_check"]), {
+    def _energy_now(self, precise: bool | None = None) -> diagnostics.Energy:
+        pot = "pot"
+        if self._precise_energy if precise is None else precise:
+            self._run.diagnostic_potential(gravity_registry.DIAGNOSTICS_THETA)
+            pot = "pot_check"
+        s = streamed_diagnostics.sums(self._blocks(["mass", "vel", pot]), {
             "kinetic": streamed_diagnostics.kinetic_block,
-            "potential": lambda b: 0.5 * float(np.dot(b["mass"], b["pot_check"]))})
+            "potential": lambda b: 0.5 * float(np.dot(b["mass"], b[pot]))})
         return diagnostics.Energy(kinetic=s["kinetic"], potential=s["potential"], total=s["kinetic"] + s["potential"])
 
-    def energy(self) -> diagnostics.Energy:
-        """Kinetic, potential and total energy now (the potential from the diagnostic tree,
-        as in core for gravity="tree"), in passes over the pages."""
-        return self._energy_now()
+    def energy(self, precise: bool | None = None) -> diagnostics.Energy:
+        """Kinetic, potential and total energy now, in passes over the pages: the potential
+        of the run's last force evaluation, or with ``precise`` (default: the run's
+        ``precise_energy``) the diagnostic tree's, as :meth:`gravpipe.Simulation.energy`."""
+        return self._energy_now(precise)
 
     def _record(self, energy: diagnostics.Energy | None = None) -> None:
         e = energy if energy is not None else self._energy_now()
@@ -348,7 +357,7 @@ class _Settings:
     def check(cls, scratch: str | os.PathLike, memory_budget: str | int, *, eps: float = 1 / 64, G: float = 1.0,
               precision: str = "mixed", threads: int | None = None, dt: float | None = None, t0: float = 0.0,
               theta: float | None = None, page_bytes: str | int | None = None, n_leaf: int = DEFAULT_N_LEAF,
-              n_crit: int = DEFAULT_N_CRIT) -> _Settings:
+              n_crit: int = DEFAULT_N_CRIT, precise_energy: bool | None = None) -> _Settings:
         if scratch is None or memory_budget is None:
             raise ValueError("memory_budget and scratch go together (an out-of-core run needs both)")
         check_scratch_dir(scratch)
@@ -360,7 +369,8 @@ class _Settings:
         return cls(scratch=str(scratch), budget=parse_byte_size(memory_budget), page_bytes=page,
                    eps=check_positive_scalar("eps", eps), G=float(G), precision=precision, threads=threads,
                    dt=float(params["dt"]), t0=float(t0), theta=float(gparams["theta"]), n_leaf=int(n_leaf),
-                   n_crit=int(n_crit))
+                   n_crit=int(n_crit), precise_energy=gravity_registry.GRAVITY["tree"].precise_rows
+                   if precise_energy is None else bool(precise_energy))
 
     def store_kwargs(self) -> dict[str, Any]:
         """The OutOfCore constructor's parameters."""

@@ -28,6 +28,9 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.io.atomic import atomic_open
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
+#: force evaluations' worth of particle steps between diagnostics rows that take their
+#: potential from the run's own forces (each costs O(N log N): ~1% of a tree run)
+OWN_ROW_WORK = 10
 CHECKPOINT_GLOB = "checkpoint_*.h5"
 CHECKPOINT_SET_GLOB = "checkpoint_*[0-9]"  # the folder of a multi-file set (runs over MPI ranks)
 RUN_FILE_PATTERNS = ("snapshot_*.h5", CHECKPOINT_GLOB, "diagnostics.csv")
@@ -94,6 +97,10 @@ class RunConfig:
     # an out-of-core run's store settings (memory_budget and page_bytes in bytes, scratch,
     # n_leaf, n_crit); None in core
     out_of_core: dict[str, Any] | None = None
+    # whether diagnostics rows take their potential from a precise evaluation of their own
+    # (float64 direct sum or fine tree) instead of the run's last force evaluation; True in
+    # checkpoints written before the choice existed, whose rows were all precise
+    precise_energy: bool = True
 
     def initial_energy(self) -> diagnostics.Energy:
         """The energy at t0 (K and W are NaN for checkpoints that did not store them)."""
@@ -226,9 +233,8 @@ class RunLoop:
         out_dir = self._claim_run_dir(out, overwrite) if out is not None else None
         self.config.evolve = {"t_end": t_end, "snapshot_every": cadences["snapshot"],
                               "checkpoint_every": cadences["checkpoint"], "out": str(out_dir) if out_dir else None}
-        row_every = self.quantum * max(1, math.floor((t_end - self.config.t0) / (50 * self.quantum) + 1e-9))
         with _progress_bar(progress and parallel.is_root(self.comm), self.time, t_end) as bar:
-            while (stop := self._next_stop(t_end, cadences, row_every)) is not None:
+            while (stop := self._next_stop(t_end, cadences)) is not None:
                 t_stop, what = stop
                 self._advance_to(t_stop)
                 if what or self._same_time(t_stop, t_end) or self._row_due():
@@ -237,14 +243,17 @@ class RunLoop:
                     bar(self.time, self.timings.steps, self.history[-1]["energy_error"])
 
     def _row_due(self) -> bool:
-        """Whether a diagnostics row is due at a stop that writes no file. A row costs about
-        force evaluations on all N (the float64 potential), so one is recorded only when the
-        steps since the last row did the gravity kind's ``row_work`` force evaluations' worth
-        of particle steps: rows then take at most ~5% of a run. Particle steps are deterministic, so a
-        resumed run records the same rows."""
+        """Whether a diagnostics row is due at a stop that writes no file: once the steps
+        since the last row did enough force evaluations' worth of particle steps that rows
+        take at most a few % of a run. A precise row (``precise_energy``) costs force
+        evaluations on all N (the float64 potential): the gravity kind's ``row_work``
+        evaluations apart. A row from the run's own forces costs O(N log N) (the Lagrangian
+        radii's sort): OWN_ROW_WORK apart. Particle steps are deterministic, so a resumed
+        run records the same rows."""
         last = self.history[-1]["particle_steps"] if self.history else 0
         done = self._steps_before[1] + self.timings.particle_steps
-        return done - last >= self._kind.row_work * self.n
+        work = self._kind.row_work if self.config.precise_energy else OWN_ROW_WORK
+        return done - last >= work * self.n
 
     def _append_row(self, e: diagnostics.Energy, radii) -> None:
         """Append a diagnostics row at ``time``: energies ``e``, Lagrangian radii ``radii``
@@ -263,15 +272,14 @@ class RunLoop:
         """Two times closer than rounding of the step grid: the same stop."""
         return abs(a - b) <= 1e-9 * self.quantum
 
-    def _next_stop(self, t_end: float, cadences: dict[str, float | None], row_every: float
-                   ) -> tuple[float, set[str]] | None:
+    def _next_stop(self, t_end: float, cadences: dict[str, float | None]) -> tuple[float, set[str]] | None:
         """The next stop after now, up to ``t_end``, and the files due there; None at t_end.
 
-        Output times are t0 + k * interval. Candidates for diagnostics rows come about every
-        1/50 of the run (``row_every``, a multiple of the quantum) on the integrator's grid,
-        so they never cost a synchronization, and counted from the grid origin (not from
-        now), so a resumed run records the same rows as an uninterrupted one; a candidate
-        becomes a row when :meth:`_row_due`. Found one stop at a time,
+        Output times are t0 + k * interval. Every point of the integrator's grid (the grid
+        origin plus multiples of the quantum) is a candidate for a diagnostics row, so rows
+        never cost a synchronization, and a candidate becomes a row when :meth:`_row_due`
+        says the work since the last one calls for it: the rows depend on neither the
+        ``t_end`` of an evolve call nor where a run was resumed. Found one stop at a time,
         because an off-grid stop moves the grid origin.
         """
         now = self.time
@@ -279,7 +287,7 @@ class RunLoop:
             return None
         due = {name: _after(now, self.config.t0, every, self.quantum) for name, every in cadences.items() if every}
         origin = self.grid_origin
-        row = _after(now, origin, row_every, self.quantum)
+        row = _after(now, origin, self.quantum, self.quantum)
         t_stop = min([t_end, row, *due.values()])
         if self._same_time(t_stop, t_end):  # the end: every file kind that is on
             return t_end, {name for name in due}
@@ -340,6 +348,7 @@ class RunLoop:
 
     def energy_error(self) -> float:
         """Relative energy error against the start of the run: (E - E0) / |E0|, or
-        (E - E0) / (|K0| + |W0|) when E0 == 0 (``diagnostics.relative_energy_error``).
+        (E - E0) / (|K0| + |W0|) when E0 == 0 (``diagnostics.relative_energy_error``), both
+        measured the run's way (``precise_energy``, see :meth:`energy`).
         With several MPI ranks this (like :meth:`energy`) is collective: call it on every rank."""
         return diagnostics.relative_energy_error(self.energy(), self.config.initial_energy())

@@ -80,6 +80,7 @@ class RunSettings:
     threads: int | None = None
     no_progress: bool = False
     overwrite: bool = False
+    precise_energy: bool | None = None  # None: the gravity kind's default (gravity.GravityKind.precise_rows)
 
 
 KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
@@ -200,6 +201,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "t_end": _number, "snap_every": _number, "checkpoint_every": _number, "out": _string, "eps": _number,
     "eta": _number, "eta_s": _number, "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS),
     "backend": _string, "threads": _positive_int, "no_progress": _bool, "overwrite": _bool,
+    "precise_energy": _bool,
 }
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
 

@@ -100,16 +100,19 @@ class Simulation(RunLoop):
                  eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
                  threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
                  dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 theta: float | None = None, comm: Any = None, memory_budget: None = None, scratch: None = None):
+                 theta: float | None = None, comm: Any = None, precise_energy: bool | None = None,
+                 memory_budget: None = None, scratch: None = None):
         # memory_budget and scratch (both None here) select an out-of-core run in __new__
         self._setup(particles, gravity, integrator, eps=eps, G=G, backend=backend, precision=precision,
                     threads=threads, integrator_params={"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt},
-                    t0=t0, gravity_params={"theta": theta}, comm=comm, restart=None)
+                    t0=t0, gravity_params={"theta": theta}, comm=comm, restart=None,
+                    precise_energy=precise_energy)
 
     def _setup(self, particles: Particles, gravity: str, integrator: str | None, *, eps: float, G: float,
                backend: str, precision: str, threads: int | None, integrator_params: dict[str, float | None],
                t0: float, gravity_params: dict[str, float | None], comm: Any,
-               restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None) -> None:
+               restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None,
+               precise_energy: bool | None = None) -> None:
         """The constructor's work; ``restart`` (config, integrator state, diagnostics
         history) continues a run from a checkpoint (see :meth:`resume`)."""
         if not isinstance(particles, Particles):
@@ -124,6 +127,7 @@ class Simulation(RunLoop):
         if not math.isfinite(float(t0)):
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec, self._kind = spec, kind
+        self._eps, self._G = eps, float(G)
         self.comm = parallel.resolve_comm(comm)
         if self.comm is not None:
             self._check_ranks_agree(particles, {
@@ -141,17 +145,24 @@ class Simulation(RunLoop):
         self._ids = np.array(particles.id)
         self._run_dir: Path | None = None  # the run directory this run writes to
         if restart is None:
-            energy0 = diagnostics.energy(particles, eps, G, pot=self._diagnostic_pot(particles, eps, G))
-            self.config = RunConfig(kind.name, spec.name, params, eps, float(G), backend, precision, threads,
-                                    float(t0), energy0.total, theta=gparams.get("theta"),
-                                    kinetic0=energy0.kinetic, potential0=energy0.potential)
             state, self.history = None, []
+            start, run_params = float(t0), params
         else:
             self.config, state, self.history = restart
+            self._precise_energy = self.config.precise_energy
             if hasattr(self._source, "restore_checkpoint_state"):  # its arrays, e.g. the MPI domains' cost
                 state = self._source.restore_checkpoint_state(state)
+            start, run_params = self.config.t0, self.config.params
         self._core = spec.build(self._source.provider, np.array(particles.pos), np.array(particles.vel),
-                                self._mass, self.config.t0, self.config.params, state)
+                                self._mass, start, run_params, state)
+        if restart is None:
+            # the start-up evaluation's potential gives E0 (or the precise check, by option)
+            self._precise_energy = kind.precise_rows if precise_energy is None else bool(precise_energy)
+            energy0 = self.energy()
+            self.config = RunConfig(kind.name, spec.name, params, eps, float(G), backend, precision, threads,
+                                    float(t0), energy0.total, theta=gparams.get("theta"),
+                                    kinetic0=energy0.kinetic, potential0=energy0.potential,
+                                    precise_energy=self._precise_energy)
         # step counts of the run before this process (a resumed run continues the count, so
         # the steps columns of diagnostics.csv match an uninterrupted run)
         last = self.history[-1] if self.history else {}
@@ -215,15 +226,24 @@ class Simulation(RunLoop):
         """A synchronized copy of the particles at ``time``."""
         return Particles(self._core.positions(), self._core.velocities(), self._mass, self._ids)
 
-    def energy(self) -> diagnostics.Energy:
-        """Kinetic, potential and total energy now, the potential in float64 as the gravity
-        kind's ``diagnostic_potential`` computes it (a float64 direct sum on the run's
-        backend for "direct", a fine float64 tree for "tree")."""
-        p, c = self.particles, self.config
-        return diagnostics.energy(p, c.eps, c.G, pot=self._diagnostic_pot(p, c.eps, c.G))
+    def energy(self, precise: bool | None = None) -> diagnostics.Energy:
+        """Kinetic, potential and total energy now.
 
-    def _diagnostic_pot(self, p: Particles, eps: float, G: float) -> np.ndarray:
-        return self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G)
+        ``precise`` False: the potential of the run's last force evaluation (the
+        integrator's own, at ``time``: no extra evaluation), carrying the run's force error:
+        the tree's at its theta for "tree" (|dW/W| ~1e-4 at theta 0.6, mixed, Plummer); the
+        pipeline's precision for "direct" (mixed: |dW/W| ~1e-7-1e-6; double: rounding, with
+        Hermite's corrector move to second order). True: computed again in float64 as the
+        gravity kind's ``diagnostic_potential`` does: a float64 direct sum on the run's
+        backend for "direct" (rounding only; one O(N^2) evaluation, ~3-5 mixed steps), a
+        float64 tree at theta 0.25 for "tree" (|dW/W| ~1e-6; 7-12 evaluations' time).
+        None: the run's ``precise_energy`` (by default the gravity kind's ``precise_rows``:
+        precise for "direct", the run's own for "tree")."""
+        p, eps, G = self.particles, self._eps, self._G
+        precise = self._precise_energy if precise is None else precise
+        pot = self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G) if precise \
+            else self._core.potentials()
+        return diagnostics.energy(p, eps, G, pot=pot)
 
     def _raw_timings(self) -> Timings:
         c = self._core.counters()
@@ -253,10 +273,8 @@ class Simulation(RunLoop):
         return len(self._mass)
 
     def _record(self) -> None:
-        p = self.particles
-        e = diagnostics.energy(p, self.config.eps, self.config.G, pot=self._diagnostic_pot(p, self.config.eps, self.config.G))
-        radii = diagnostics.lagrangian_radii(p, LAGRANGIAN_FRACTIONS)
-        self._append_row(e, radii)
+        radii = diagnostics.lagrangian_radii(self.particles, LAGRANGIAN_FRACTIONS)
+        self._append_row(self.energy(), radii)
 
     # ---- files -------------------------------------------------------------------------
     def _parameters(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def leapfrog(out: str, run_dir: str, t_end: float) -> None:
     if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*")):  # multi-file sets
         sim = gp.Simulation.resume(run_dir)
     else:
-        sim = gp.Simulation(small_plummer(), gravity="tree", eps=1 / 64, dt=1 / 64, threads=1)
+        sim = gp.Simulation(small_plummer(), gravity="tree", eps=1 / 64, dt=1 / 64, threads=1, precise_energy=True)
     assert sim.comm is not None and sim.comm.Get_size() == comm.Get_size()
     sim.evolve(t_end, checkpoint_every=0.125, out=run_dir, progress=False)
     p = sim.particles

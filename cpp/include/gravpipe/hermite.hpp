@@ -36,6 +36,7 @@ class HermiteIntegrator final : public Integrator {
   double time() const override { return timeline_.time(now_); }
   double grid_origin() const override { return timeline_.t0; }
   const ParticleState& state() const override { return s_; }
+  const std::vector<double>& potential() const override { return pot_; }
   CheckpointState checkpoint() const override;
   IntegratorCounters counters() const override { return counters_; }
 
@@ -51,6 +52,7 @@ class HermiteIntegrator final : public Integrator {
   void send_j_taylor(const std::vector<std::int64_t>& which);
   void next_active(std::int64_t& t_block);
   double correct(std::size_t i, double dt, const double a1[3], const double j1[3]);
+  double corrected_potential(std::size_t i, double pot, const double a1[3]) const;
   std::int64_t first_step(std::size_t i) const;
   void check_steps(const std::vector<std::int64_t>& which) const;
   std::int64_t quantize(double dt_want, std::int64_t dt_old, std::int64_t t_new) const;

@@ -41,6 +41,11 @@ class Integrator {
   /// stop costs one extra force evaluation on all particles and moves the origin to it.
   virtual double grid_origin() const = 0;
   virtual const ParticleState& state() const = 0;
+  /// Each particle's potential from the integrator's last force evaluation (n, the caller's
+  /// order), at time() once evolve_to has returned, so that an energy row costs no evaluation
+  /// of its own: 0.5 sum m_i pot_i is the potential energy of the positions at time() (Hermite
+  /// adds the first-order change of the corrector's move: HermiteIntegrator::corrected_potential).
+  virtual const std::vector<double>& potential() const = 0;
   virtual CheckpointState checkpoint() const = 0;
   virtual IntegratorCounters counters() const = 0;
 };

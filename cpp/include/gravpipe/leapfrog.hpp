@@ -25,6 +25,7 @@ class LeapfrogIntegrator final : public Integrator {
   double time() const override { return t0_ + static_cast<double>(steps_) * params_.dt; }
   double grid_origin() const override { return t0_; }
   const ParticleState& state() const override { return s_; }
+  const std::vector<double>& potential() const override { return pot_; }
   CheckpointState checkpoint() const override;
   IntegratorCounters counters() const override { return counters_; }
 

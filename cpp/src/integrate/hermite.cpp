@@ -183,7 +183,7 @@ void HermiteIntegrator::synchronize(double t) {
 #pragma omp parallel for schedule(static) if (count >= kMinParallel)
   for (std::int64_t i = 0; i < count; ++i) {
     const double want = correct(i, dt[i], &ai_[3 * i], &ji_[3 * i]);
-    pot_[i] = pi_[i];
+    pot_[i] = corrected_potential(i, pi_[i], &ai_[3 * i]);
     // Aarseth's criterion differences a and jerk over the step: over a step cut far below
     // the particle's own it is mostly rounding noise, so the particle keeps its step then.
     const std::int64_t old = dt_[i];
@@ -315,7 +315,7 @@ void HermiteIntegrator::run_block(std::int64_t t_block) {
   for (std::int64_t k = 0; k < count; ++k) {
     const auto i = static_cast<std::size_t>(active_[k]);
     const double want = correct(i, static_cast<double>(t_block - t_[i]) * timeline_.tick(), &ai_[3 * k], &ji_[3 * k]);
-    pot_[i] = pi_[k];
+    pot_[i] = corrected_potential(i, pi_[k], &ai_[3 * k]);
     dt_[i] = quantize(want, dt_[i], t_block);
     t_[i] = t_block;
   }
@@ -329,6 +329,17 @@ void HermiteIntegrator::run_block(std::int64_t t_block) {
 
 // Hermite corrector (Makino & Aarseth 1992, eqs. 7-10) over a step of dt from the particle's
 // own time; returns the step Aarseth's criterion wants next (physical time).
+// The force was evaluated at the predicted positions xp_, the corrector then moved every
+// particle by dx = x - xp (O(dt^4)). To first order W(x) = W(xp) - sum_i m_i a_i . dx_i, so
+// each particle's potential carries -2 a_i . dx_i (the pair terms shared equally): an energy
+// row from the run's own potentials then has the corrected positions' W to O(dx^2), not an
+// error of O(dx) (|dW/W| ~1e-7 at eta 0.02). Called after correct(i, ...).
+double HermiteIntegrator::corrected_potential(std::size_t i, double pot, const double a1[3]) const {
+  double a_dx = 0;
+  for (int c = 0; c < 3; ++c) a_dx += a1[c] * (s_.pos[3 * i + c] - xp_[3 * i + c]);
+  return pot - 2 * a_dx;
+}
+
 double HermiteIntegrator::correct(std::size_t i, double dt, const double a1[3], const double j1[3]) {
   const double dt2 = dt * dt, dt3 = dt2 * dt;
   double a2[3], a3[3];
