@@ -250,6 +250,47 @@ def test_fortran_driver_without_softening_raises_no_fp_exception(f_driver, ic_fi
     assert np.isfinite(x).all() and abs((s["E1"] - s["E0"]) / s["E0"]) < 1e-5
 
 
+def _libgomp_spincount(exe, *args, **env):
+    """libgomp's spin count as it initialized in the host (OMP_DISPLAY_ENV=verbose makes it
+    print its settings), with OMP_WAIT_POLICY and GOMP_SPINCOUNT unset unless given."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    full_env.update({"OMP_DISPLAY_ENV": "verbose", **{k: str(v) for k, v in env.items()}})
+    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=full_env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    found = [line.split("=")[1].strip().strip("'") for line in r.stderr.splitlines() if "GOMP_SPINCOUNT" in line]
+    if not found:
+        pytest.skip("the OpenMP runtime does not print GOMP_SPINCOUNT (not libgomp)")
+    return int(found[0])
+
+
+def test_openmp_threads_wait_passively_unless_the_user_chose(c_driver, ic_file):
+    """libgomp's default spinning (~300000 iterations after each region) made 2 threads 4-10x
+    slower than 1 on a loaded machine: the library's default is OMP_WAIT_POLICY=passive, set
+    before libgomp initializes (g6_env.cpp); the user's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins."""
+    assert _libgomp_spincount(c_driver, "forces", ic_file) == 0
+    assert _libgomp_spincount(c_driver, "forces", ic_file, OMP_WAIT_POLICY="active") > 1000
+    assert _libgomp_spincount(c_driver, "forces", ic_file, GOMP_SPINCOUNT=12345) == 12345
+
+
+def test_fortran_host_threads_wait_passively(f_driver, ic_file):
+    assert _libgomp_spincount(f_driver, "forces", ic_file) == 0
+
+
+def test_the_hosts_environment_stays_its_own(build):
+    """The wait policy set for libgomp is taken out of the environment again once libgomp has
+    read it: the host and its child processes see their own OMP_WAIT_POLICY."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    exe = build / "environ_g6"
+    subprocess.run([cc, "-O2", "-std=c11", "-Wall", "-Werror", str(HERE / "environ_g6.c"),
+                    *gravpipe_config("--cflags", "--libs"), "-o", str(exe)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert out.split() == ["(unset)", "1"]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env={**env, "OMP_WAIT_POLICY": "active"},
+                         timeout=60, check=True).stdout
+    assert out.split() == ["active", "1"]
+
+
 def test_errors_give_messages_and_error_returns(c_driver):
     r = run(c_driver, "errors")
     codes = [int(line.split(" = ")[1]) for line in r.stdout.splitlines() if " = " in line]

@@ -24,8 +24,16 @@
 
 #define G6_EXPORT extern "C" __attribute__((visibility("default")))
 
+extern "C" int gravpipe_g6_env_set_wait_policy(void);  // libgravpipe_g6_env (g6_env.cpp)
+
 namespace gravpipe::grape6 {
 namespace {
+
+// libgravpipe_g6_env set OMP_WAIT_POLICY for libgomp, which has read it by now (it is
+// initialized before this library): the host's environment, and its children's, stay its own.
+__attribute__((constructor)) void restore_environment() {
+  if (gravpipe_g6_env_set_wait_policy() != 0) unsetenv("OMP_WAIT_POLICY");
+}
 
 // Cluster ids. GRAPE-6 numbers independent clusters; Sapporo, which most codes of the last
 // fifteen years were built against, ignores the id (one device serves them all), and codes
