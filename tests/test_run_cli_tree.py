@@ -75,7 +75,7 @@ def test_resumed_tree_run_matches_the_uninterrupted_run_bit_for_bit(capsys, tmp_
         for name in ("checkpoint_0003.h5", "checkpoint_0004.h5", "snapshot_0001.h5"):
             (run / name).unlink()
         code, stdout, err = run_main(capsys, "run", "--resume", run)
-        assert "checkpoint_0002.h5 (t = 0.125)" in stdout
+        assert "resumed from " in stdout and "checkpoint_0002.h5\n" in stdout and "t = 0.125 -> 0.25" in stdout
         final = run / "snapshot_0001.h5"
     else:
         # a run to t = 1/8, extended to 1/4

@@ -913,10 +913,13 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"FILE ({settings.file}) gives the initial conditions; {names} (for generated ones) "
                         "cannot be combined with it")
     note = _resolve_gravity(settings, file_values, cli_values, args.config)
-    particles, t0, source = _initial_conditions(settings)
-    sim = _new_simulation(particles, t0, settings)
+    print(f"gravpipe run: {_source_words(settings)}", flush=True)
+    with _phase("initial conditions"):
+        particles, t0 = _initial_conditions(settings)
+    with _phase(f"first forces on {particles.n:,} particles"):
+        sim = _new_simulation(particles, t0, settings)
     snap_every, ckpt_every = _cadences(settings, t0)
-    _print_start(sim, source, settings.t_end, settings.out, note)
+    _print_start(sim, settings.t_end, settings.out, note)
     return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress,
                               overwrite=settings.overwrite)
 
@@ -951,22 +954,25 @@ def _run_out_of_core(args: argparse.Namespace) -> int:
     if args.file is not None:
         if args.ic is not None or args.n is not None or args.seed is not None:
             raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")
-        sim = OutOfCoreSimulation.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
-        source = f"{args.file} (N = {sim.n}, t = {sim.time:g})"
+        print(f"gravpipe run: {args.file}", flush=True)
+        with _phase("read into the pages, first forces"):
+            sim = OutOfCoreSimulation.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
     else:
         model = args.ic or "plummer"
         n = args.n or runconfig.DEFAULT_N
         seed = args.seed if args.seed is not None else runconfig.DEFAULT_SEED
         if model not in gp.ic.BLOCK_MODELS:
             raise UserError(f"--ic {model}: out of core draws models block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
-        sim = OutOfCoreSimulation.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
-                                              args.memory_budget, **kw)
         source = f"{model}, N = {n}, seed {seed} (drawn block by block into the pages)"
+        print(f"gravpipe run: {source}", flush=True)
+        with _phase("initial conditions into the pages, first forces"):
+            sim = OutOfCoreSimulation.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
+                                                  args.memory_budget, **kw)
     with sim:
         whole = t_end - sim.time
         snap_every = args.snap_every if args.snap_every is not None or args.out is None else whole
         ckpt_every = args.checkpoint_every if args.checkpoint_every is not None or args.out is None else whole
-        _print_start(sim, source, t_end, args.out)
+        _print_start(sim, t_end, args.out)
         return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.out, not args.no_progress,
                                   overwrite=bool(args.overwrite))
 
@@ -1037,16 +1043,14 @@ def _resolve_gravity(settings, file_values: dict, cli_values: dict, config: str 
 
 
 def _initial_conditions(settings):
-    """(particles, t0, description) from FILE or from the ic/n/seed keys."""
+    """(particles, t0) from FILE or from the ic/n/seed keys (described by _source_words)."""
     import gravpipe as gp
     from gravpipe import io
 
     if settings.file is not None:
-        particles, t0 = io.read(settings.file)
-        return particles, t0, f"{settings.file} (N = {particles.n}, t = {t0:g})"
+        return io.read(settings.file)
     make = {"plummer": gp.ic.plummer, "uniform-sphere": gp.ic.uniform_sphere, "uniform-cube": gp.ic.uniform_cube}
-    particles = make[settings.ic](settings.n, seed=settings.seed)
-    return particles, 0.0, f"{settings.ic}, N = {settings.n}, seed {settings.seed} (generated; Henon units)"
+    return make[settings.ic](settings.n, seed=settings.seed), 0.0
 
 
 def _new_simulation(particles, t0: float, settings):
@@ -1086,14 +1090,17 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
     checkpoint = latest_checkpoint(args.resume)
     # an out-of-core run's checkpoint resumes out of core (budget and scratch: the original
     # run's unless given)
-    sim = Simulation.resume(args.resume, threads=args.threads, memory_budget=args.memory_budget, scratch=args.scratch)
+    print(f"gravpipe run: resumed from {checkpoint}", flush=True)
+    with _phase("read the checkpoint"):
+        sim = Simulation.resume(args.resume, threads=args.threads, memory_budget=args.memory_budget,
+                                scratch=args.scratch)
     stored = sim.config.evolve
     t_end = args.t_end if args.t_end is not None else stored.get("t_end")
     if t_end is None:
         raise UserError(f"{checkpoint}: stores no t_end; give --t-end")
     snap_every = args.snap_every if args.snap_every is not None else stored.get("snapshot_every")
     ckpt_every = args.checkpoint_every if args.checkpoint_every is not None else stored.get("checkpoint_every")
-    _print_start(sim, f"resumed from {checkpoint} (t = {sim.time:g})", t_end, args.resume)
+    _print_start(sim, t_end, args.resume)
     if abs(t_end - sim.time) <= 1e-9 * sim.quantum:
         print(f"already at t_end = {t_end:g}: nothing to do (give --t-end to go further)")
         return 0
@@ -1103,17 +1110,43 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
     return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
 
 
-def _print_start(sim, source: str, t_end: float, out: str | None, note: str | None = None) -> None:
+def _phase(what: str):
+    """A context that prints ``what`` a start-up phase does as it starts and its seconds when
+    it ends, so that a run says what it is doing from its first second (the first forces at
+    N = 1e6 take seconds)."""
+    import contextlib
+    import time
+
+    @contextlib.contextmanager
+    def phase():
+        print(f"  {what} ...", end="", flush=True)
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            print(flush=True)  # the error's line starts on a line of its own
+            raise
+        print(f" {time.perf_counter() - start:.1f} s", flush=True)
+    return phase()
+
+
+def _source_words(settings) -> str:
+    """The initial conditions a run starts from, in words, before they are read or drawn."""
+    if settings.file is not None:
+        return settings.file
+    return f"{settings.ic}, N = {settings.n}, seed {settings.seed} (generated; Henon units)"
+
+
+def _print_start(sim, t_end: float, out: str | None, note: str | None = None) -> None:
     c = sim.config
     params = ", ".join(f"{k} {v:g}" for k, v in c.params.items())
     gravity = f"gravity tree (theta {c.theta:g})" if c.gravity == "tree" else f"gravity {c.gravity}"
-    print(f"gravpipe run: {source}")
     print(f"  {gravity}, {c.integrator} ({params}), eps {c.eps:g}, precision {c.precision}, "
           f"backend {sim.backend} ({sim.backend_detail})")
     if note:
         print(f"  {note}")
     where = f"output in {out}" if out is not None else "no --out: nothing is written"
-    print(f"  t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
+    print(f"  N = {sim.n:,}, t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
 
 
 def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | None, progress: bool,
