@@ -51,8 +51,20 @@ from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
 
 __all__ = ["OutOfCoreSimulation"]
 
-#: rows per block when streaming the pages (diagnostics passes, files)
-BLOCK_ROWS = 1 << 20
+#: the share of the memory budget that the blocks of a pass over the pages (diagnostics rows,
+#: snapshots, checkpoints, reading a file into the pages) may hold at once: they come on top
+#: of the store's budget, so they stay a small part of it
+BLOCK_SHARE = 1 / 32
+#: bytes a row of such a block takes with numpy's temporaries (pos, vel, mass, id, one more
+#: field, and the intermediates of the finiteness checks and the radii)
+BLOCK_ROW_BYTES = 256
+
+
+def block_rows(budget: int) -> int:
+    """Rows of the blocks a pass over the pages reads at once under a memory budget (bytes):
+    ~BLOCK_SHARE of it, 4096 rows at least (a 24 MiB budget: 4096 rows, ~1 MiB), 1 << 20 at
+    most (N = 1e8 in 4 GiB: ~0.5 M rows, ~130 MiB)."""
+    return int(min(1 << 20, max(1 << 12, budget * BLOCK_SHARE // BLOCK_ROW_BYTES)))
 
 
 class OutOfCoreSimulation(RunLoop):
@@ -73,7 +85,8 @@ class OutOfCoreSimulation(RunLoop):
         if not isinstance(particles, Particles):
             raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
         settings = _Settings.check(scratch, memory_budget, **kwargs)
-        run = OutOfCore.from_particles(particles, scratch, settings.budget, **settings.store_kwargs())
+        run = OutOfCore.from_particles(particles, scratch, settings.budget, block_rows(settings.budget),
+                                       **settings.store_kwargs())
         self._start(run, settings, restart=None)
 
     @classmethod
@@ -95,7 +108,8 @@ class OutOfCoreSimulation(RunLoop):
             with gio.open_blocks(path) as snap:
                 kwargs["t0"] = snap.time
         settings = _Settings.check(scratch, memory_budget, **kwargs)
-        run = OutOfCore.from_snapshot(path, scratch, settings.budget, **settings.store_kwargs())
+        run = OutOfCore.from_snapshot(path, scratch, settings.budget, block_rows(settings.budget),
+                                      **settings.store_kwargs())
         return cls._started(run, settings)
 
     @classmethod
@@ -252,7 +266,8 @@ class OutOfCoreSimulation(RunLoop):
 
     # ---- diagnostics ---------------------------------------------------------------------
     def _blocks(self, fields: list[str]):
-        return lambda: (blk for _, blk in self._run.blocks(fields, BLOCK_ROWS))
+        rows = block_rows(self._settings.budget)
+        return lambda: (blk for _, blk in self._run.blocks(fields, rows))
 
     def _energy_now(self, precise: bool | None = None) -> diagnostics.Energy:
         pot = "pot"
@@ -285,7 +300,7 @@ class OutOfCoreSimulation(RunLoop):
     def write_snapshot(self, path: str | Path) -> Path:
         """The particles at ``time`` as a GADGET-layout snapshot streamed from the pages
         (store order; written atomically); returns the path."""
-        self._run.write_snapshot(path, BLOCK_ROWS, parameters=self._parameters())
+        self._run.write_snapshot(path, block_rows(self._settings.budget), parameters=self._parameters())
         return Path(path)
 
     def write_checkpoint(self, path: str | Path) -> Path:
@@ -295,7 +310,7 @@ class OutOfCoreSimulation(RunLoop):
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])
-        self._run.write_checkpoint(path, self._parameters(), state, BLOCK_ROWS)
+        self._run.write_checkpoint(path, self._parameters(), state, block_rows(self._settings.budget))
         return Path(path)
 
     @classmethod
@@ -324,7 +339,7 @@ class OutOfCoreSimulation(RunLoop):
                                    threads=threads if threads is not None else config.threads,
                                    dt=config.params["dt"], t0=config.t0, theta=config.theta,
                                    page_bytes=ooc["page_bytes"], n_leaf=ooc["n_leaf"], n_crit=ooc["n_crit"])
-        run = OutOfCore.from_checkpoint(path, settings.scratch, settings.budget, BLOCK_ROWS,
+        run = OutOfCore.from_checkpoint(path, settings.scratch, settings.budget, block_rows(settings.budget),
                                         **settings.store_kwargs())
         sim = cls.__new__(cls)
         sim._start(run, settings, restart=(config, scalars, history))
