@@ -255,6 +255,13 @@ void bind_store(nb::module_& m) {
       .def_prop_ro("batched_reads", [](const StoreBox& b) { return b.get().batched_reads(); })
       .def_prop_ro("aio_contexts_made", [](const StoreBox& b) { return b.get().aio_pool().made(); },
                    "AIO contexts made for this store's batches (and its trees' cells), each lent again and again")
+      .def_prop_ro("stale_files_removed",
+                   [](const StoreBox& b) {
+                     std::vector<std::tuple<std::string, long, std::uint64_t>> out;
+                     for (const StalePageFile& f : b.get().stale_files_removed()) out.emplace_back(f.path, f.pid, f.bytes);
+                     return out;
+                   },
+                   "(path, pid, bytes) of the page files of killed runs that the store removed from its directory")
       .def("close", &StoreBox::close)
       .def_prop_ro("closed", &StoreBox::closed)
       .def("page_of", [](const StoreBox& b, const std::string& f, int c, std::int64_t i) { return b.get().page_of(f, c, i); })

@@ -61,6 +61,12 @@ class MemoryBudgetWarning(UserWarning):
     """
 
 
+class StaleScratchWarning(UserWarning):
+    """An out-of-core store removed scratch files that a run killed by SIGKILL (or a crash)
+    left in its scratch directory: files no running process holds (each live store keeps a
+    lock on its own). The message names them and the process that made them."""
+
+
 class StoreError(RuntimeError):
     """The out-of-core store's scratch file failed: an I/O error, the scratch disk full, the
     file size limit, a directory that cannot take the file. Nothing already written to

@@ -26,11 +26,18 @@ Typical use::
 Errors: :class:`~gravpipe.errors.MemoryBudgetError` (a ``ValueError``) when the budget is too
 small, with the least budget that works; :class:`~gravpipe.errors.StoreError` for I/O
 failures (the disk full, the file size limit) naming the file, the page and the reason.
+
+A run killed by SIGKILL cannot remove its scratch files. Each store holds a lock (flock) on
+its file while it lives; a new store first removes the files of its directory whose lock it
+can take, their makers gone, and says so (:class:`~gravpipe.errors.StaleScratchWarning`,
+naming the files and the pid that made them). The files of live runs sharing the directory
+are never touched. On a file system without flock nothing is removed.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -38,6 +45,7 @@ from types import TracebackType
 import numpy as np
 
 from gravpipe import _core
+from gravpipe.errors import StaleScratchWarning
 
 #: name -> (components, dtype) of the fields every store has; Hermite adds e.g.
 #: ``extra_fields={"jerk": 3, "t": 1, "dt": 1}``.
@@ -59,6 +67,18 @@ def check_scratch_dir(scratch: str | os.PathLike, what: str = "scratch") -> None
         raise ValueError(f"{what}: directory {path} does not exist (create it, or name another)")
     if not os.path.isdir(path):
         raise ValueError(f"{what}: {path} is not a directory")
+
+
+def _warn_stale(removed: Sequence[tuple[str, int, int]]) -> None:
+    """One line naming the scratch files of dead processes a new store removed, by pid."""
+    if not removed:
+        return
+    by_pid: dict[int, list[str]] = {}
+    for path, pid, size in removed:
+        by_pid.setdefault(int(pid), []).append(f"{path} ({format_bytes(size)})")
+    what = "; ".join(f"of process {pid}, which no longer runs: {', '.join(files)}" for pid, files in by_pid.items())
+    warnings.warn(f"scratch: removed {len(removed)} stale scratch file{'s' if len(removed) != 1 else ''} {what}",
+                  StaleScratchWarning, stacklevel=3)
 
 
 def _page_group(name: str) -> str:
@@ -180,6 +200,7 @@ class ParticleStore:
             os.fspath(scratch), int(n), self._fields, parse_byte_size(page_bytes), parse_byte_size(memory_budget),
             0 if cache_bytes is None else parse_byte_size(cache_bytes), eviction, io, int(read_ahead),
             int(threads or 0))
+        _warn_stale(self._core.stale_files_removed)
         self.n = int(n)
         #: calls of write() per field (the C++ core's own writes, such as the sort's, are not
         #: counted): lets an owner notice a field rewritten behind its back

@@ -68,7 +68,9 @@ class ParticleStore {
  public:
   /// Throws BudgetError (naming the least budget that works) when the budget cannot hold the
   /// page tables and the fewest frames the threads need; StoreError when the scratch
-  /// directory cannot take the file; InputError for a bad configuration.
+  /// directory cannot take the file; InputError for a bad configuration. First removes the
+  /// page files of the directory that no running process holds (remove_stale_page_files:
+  /// a run killed by SIGKILL leaves its files): stale_files_removed() lists them.
   explicit ParticleStore(const StoreConfig& config);
   ~ParticleStore();  // the scratch file is removed
   ParticleStore(const ParticleStore&) = delete;
@@ -211,6 +213,8 @@ class ParticleStore {
   StoreCounters counters() const { return cache_->counters(); }
   void reset_counters() { cache_->reset_counters(); }
   std::int64_t read_ahead_failures() const { return read_ahead_->failures(); }
+  /// The stale page files the constructor removed from the directory (their owners report them).
+  const std::vector<StalePageFile>& stale_files_removed() const { return stale_files_removed_; }
 
  private:
   /// Pages shared by `width` columns, each page holding `per_page` particles of each.
@@ -263,6 +267,7 @@ class ParticleStore {
   std::unique_ptr<ReadAhead> read_ahead_;   // stops first
   std::string batched_reads_;
   std::vector<std::string> stale_;  // fields whose pages lag behind their values (set_stale)
+  std::vector<StalePageFile> stale_files_removed_;
 };
 
 }  // namespace gravpipe

@@ -1,12 +1,18 @@
 // The scratch page file: creation, direct-or-buffered mode, pread/pwrite with EINTR and
-// short-transfer handling, errors that name file, page and reason, removal on destruction.
+// short-transfer handling, errors that name file, page and reason, removal on destruction;
+// the lock that marks it in use, and the removal of files no process holds.
 #include "gravpipe/page_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -30,17 +36,49 @@ std::string errno_text(int err) {
   }
 }
 
-/// Close and unlink a half-made file when the constructor throws after creating it.
+constexpr char kNamePrefix[] = "gravpipe-scratch-";
+
+/// Unlink and close a half-made file (both its descriptors) unless it is kept: when the
+/// constructor throws after creating it, or another process's clean-up took it.
 struct CreatedFile {
-  std::string path;
-  int fd;
+  const std::string& path;
+  int& fd;
+  int& lock_fd;
   bool keep = false;
   ~CreatedFile() {
     if (keep) return;
-    ::close(fd);
     ::unlink(path.c_str());
+    if (fd != lock_fd) ::close(fd);
+    ::close(lock_fd);
+    fd = lock_fd = -1;
   }
 };
+
+/// Take the exclusive lock that marks a page file in use: 0 when held, EWOULDBLOCK when
+/// another open file holds it, another errno when the file system has no flock (a file
+/// there stays unlocked, and no clean-up can tell that it is stale: it is never removed).
+int take_lock(int fd) {
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    if (errno != EINTR) return errno;
+  return 0;
+}
+
+/// The pid in a page file's name (gravpipe-scratch-<pid>-XXXXXX, mkostemp's six characters),
+/// or 0 for any other name.
+long pid_of_name(const char* name) {
+  const std::size_t prefix = sizeof(kNamePrefix) - 1;
+  if (std::strncmp(name, kNamePrefix, prefix) != 0) return 0;
+  const char* p = name + prefix;
+  long pid = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    if (pid > 100000000) return 0;
+    pid = pid * 10 + (*p - '0');
+  }
+  if (*p != '-') return 0;
+  const char* const tail = ++p;
+  while (std::isalnum(static_cast<unsigned char>(*p)) != 0) ++p;
+  return *p == '\0' && p - tail == 6 ? pid : 0;
+}
 
 /// Whether the file system of `fd` keeps its files in memory (statfs magic numbers of
 /// linux/magic.h: TMPFS_MAGIC, RAMFS_MAGIC). An unknown file system counts as a device.
@@ -79,7 +117,18 @@ void PageFile::check_page_bytes(std::size_t page_bytes) {
 PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode mode, AioContextPool* aio_pool)
     : page_bytes_(page_bytes), aio_pool_(aio_pool) {
   check_page_bytes(page_bytes);
-  std::string name = directory + "/gravpipe-scratch-" + std::to_string(::getpid()) + "-XXXXXX";
+  // Another process's clean-up may lock a file made a moment ago, before its maker could,
+  // and remove it: the maker then makes another.
+  constexpr int kAttempts = 8;
+  for (int attempt = 1; !create(directory, mode); ++attempt)
+    if (attempt == kAttempts)
+      throw StoreError("scratch directory " + directory + ": " + std::to_string(kAttempts) +
+                           " page files made there in turn were each removed at once by another process",
+                       directory, -1);
+}
+
+bool PageFile::create(const std::string& directory, IoMode mode) {
+  std::string name = directory + "/" + kNamePrefix + std::to_string(::getpid()) + "-XXXXXX";
   std::vector<char> templ(name.begin(), name.end());
   templ.push_back('\0');
   const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
@@ -89,11 +138,17 @@ PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode 
                      directory, -1);
   }
   path_ = templ.data();
-  fd_ = fd;
-  CreatedFile guard{path_, fd_};
+  fd_ = lock_fd_ = fd;
+  CreatedFile guard{path_, fd_, lock_fd_};
+  if (take_lock(lock_fd_) == EWOULDBLOCK) return false;
   in_memory_ = in_memory_file_system(fd_);
   open_direct_or_fall_back(mode);
+  // Again: where flock is a POSIX lock (NFS), the close of any descriptor of the file (the
+  // refused O_DIRECT probe's) drops it, and a clean-up may have taken the file meanwhile.
+  struct stat st{};
+  if (take_lock(lock_fd_) == EWOULDBLOCK || (::fstat(lock_fd_, &st) == 0 && st.st_nlink == 0)) return false;
   guard.keep = true;
+  return true;
 }
 
 void PageFile::open_direct_or_fall_back(IoMode requested) {
@@ -113,8 +168,8 @@ void PageFile::open_direct_or_fall_back(IoMode requested) {
     if (err != 0) ::close(dfd);
   }
   if (err == 0) {
-    ::close(fd_);
-    fd_ = dfd;
+    if (fd_ != lock_fd_) ::close(fd_);
+    fd_ = dfd;  // the descriptor the file was made with stays open: it holds the lock
     mode_ = IoMode::Direct;
     mode_detail_ = "direct (O_DIRECT)";
     return;
@@ -135,8 +190,36 @@ void PageFile::use_buffered() {
 }
 
 PageFile::~PageFile() {
-  ::close(fd_);
-  ::unlink(path_.c_str());  // scratch, never an archive: gone when the store goes
+  // scratch, never an archive: gone when the store goes; unlinked before the lock is
+  // dropped, so that no clean-up finds it unlocked and calls it stale
+  ::unlink(path_.c_str());
+  if (fd_ != lock_fd_) ::close(fd_);
+  ::close(lock_fd_);
+}
+
+std::vector<StalePageFile> remove_stale_page_files(const std::string& directory) {
+  std::vector<StalePageFile> removed;
+  DIR* dir = ::opendir(directory.c_str());
+  if (dir == nullptr) return removed;
+  const long self = static_cast<long>(::getpid());
+  const uid_t user = ::geteuid();
+  while (const dirent* entry = ::readdir(dir)) {
+    const long pid = pid_of_name(entry->d_name);
+    // this process's files are live (and where flock is a POSIX lock, NFS, its own lock
+    // would not keep it out)
+    if (pid == 0 || pid == self) continue;
+    const std::string path = directory + "/" + entry->d_name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);  // a POSIX write lock needs O_RDWR
+    if (fd < 0) continue;
+    struct stat st{}, now{};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == user && take_lock(fd) == 0 &&
+        ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev &&
+        ::unlink(path.c_str()) == 0)
+      removed.push_back({path, pid, static_cast<std::uint64_t>(st.st_size)});
+    ::close(fd);
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 void PageFile::fail(const char* verb, std::int64_t page, int err) const {

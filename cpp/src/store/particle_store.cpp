@@ -127,7 +127,9 @@ std::uint64_t ParticleStore::least_budget(const StoreConfig& c) {
 ParticleStore::ParticleStore(const StoreConfig& c)
     : n_(c.n), fields_(c.fields), eviction_(c.eviction), read_ahead_pages_(c.read_ahead) {
   check_config(c);
-  file_ = std::make_unique<PageFile>(c.directory, c.page_bytes, c.io_mode, aio_pool_.get());  // checks page_bytes
+  PageFile::check_page_bytes(c.page_bytes);
+  stale_files_removed_ = remove_stale_page_files(c.directory);  // what killed runs left there
+  file_ = std::make_unique<PageFile>(c.directory, c.page_bytes, c.io_mode, aio_pool_.get());
   shelf_ = std::make_unique<ScratchFileShelf>(c.directory, aio_pool_.get());
   const std::uint64_t least = least_budget(c);
   if (c.budget_bytes < least)
