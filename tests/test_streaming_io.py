@@ -118,6 +118,45 @@ def test_a_streamed_snapshot_cut_short_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+FULL_DISK_WRITE = """
+import errno, os, resource, signal, sys
+from gravpipe import ic, io
+from gravpipe.particles import Particles
+folder, limit, streamed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "streamed"
+p = ic.plummer(50000, seed=1)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG, as ENOSPC on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+path = os.path.join(folder, "checkpoint.h5")
+try:
+    if streamed:
+        with io.streamed_snapshot(path, p.n, 0.0, integrator_state={"t": 0.0},
+                                  per_particle_state={"acc": (3, "f8"), "index": (1, "i8")}) as out:
+            for start in range(0, p.n, 4096):
+                rows = slice(start, min(start + 4096, p.n))
+                out.write(Particles(p.pos[rows], p.vel[rows], p.mass[rows], p.id[rows]),
+                          state={"acc": p.pos[rows], "index": p.id[rows]})
+    else:
+        io.write_snapshot(path, p, 0.0, integrator_state={"t": 0.0, "acc": p.pos})
+    print("NO ERROR")
+except OSError as e:
+    print("ERROR", e.errno == errno.EFBIG, e.filename == path, e)
+"""
+
+
+@pytest.mark.parametrize("streamed", ["streamed", "whole"])
+@pytest.mark.parametrize("limit", [20_000, 600_000, 2_000_000, 4_000_000])
+def test_a_full_disk_while_writing_is_an_error_naming_the_file_not_a_crash(tmp_path, limit, streamed):
+    """HDF5 cannot close a chunked dataset whose flush failed (it crashed in H5D_close, SIGSEGV,
+    after ~100 lines of h5py tracebacks): whichever write the disk refuses (a block, the
+    flush, the close), the writer raises one OSError naming the file, and leaves nothing."""
+    r = subprocess.run([sys.executable, "-c", FULL_DISK_WRITE, str(tmp_path), str(limit), streamed],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("ERROR True True") and "cannot write: File too large" in r.stdout, r.stdout
+    assert r.stderr == ""
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_reading_blocks_checks_the_datasets(tmp_path):
     path = tmp_path / "bad.h5"
     io.write_snapshot(path, ic.plummer(100, seed=1), 0.0)

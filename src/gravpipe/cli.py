@@ -362,9 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # OSError numbers that a user can fix: a wrong or missing path, a file where a folder is
-# expected (or the reverse), permissions, a full or read-only disk.
+# expected (or the reverse), permissions, a full or read-only disk, a file size limit
+# (ulimit -f).
 _USER_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
-                errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTEMPTY}
+                errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTEMPTY,
+                errno.EFBIG}
 
 _USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 

@@ -29,8 +29,10 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -197,7 +199,7 @@ def write_snapshot(
     state = None if integrator_state is None else _checked_state(integrator_state)
 
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with new_h5_file(tmp) as f:
             _write_header(f.create_group(HEADER_GROUP), n, time_f)
             _write_particle_group(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), arrays)
             # track_order: attributes come back (and describe lists them) in the order given
@@ -206,6 +208,25 @@ def write_snapshot(
                 _write_integrator(f.create_group(INTEGRATOR_GROUP, track_order=True), state)
             f.flush()
     return Path(path)
+
+
+@contextmanager
+def new_h5_file(tmp: Path, **kwargs: Any) -> Iterator[h5py.File]:
+    """``h5py.File(tmp, "w", **kwargs)`` for the body of ``atomic_path``: a write that fails
+    in HDF5 (a full disk, a file size limit) comes out as ``OSError`` with the errno of the
+    cause, whatever h5py made of it (``RuntimeError: Can't flush cache (... errno = 28
+    ...)``), so that ``atomic_path`` names the file and the reason ("disk full")."""
+    try:
+        with h5py.File(tmp, "w", **kwargs) as f:
+            yield f
+    except (RuntimeError, OSError) as exc:
+        # an OSError with an errno of its own is left to atomic_path (it may be about
+        # another file the body read)
+        found = None if getattr(exc, "errno", None) is not None else re.search(r"errno = (\d+)", str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(tmp)) from exc
 
 
 def _ids_for_file(ids: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ from gravpipe.io.snapshot import (
     _write_attrs,
     _write_header,
     _write_integrator,
+    new_h5_file,
 )
 from gravpipe.particles import Particles
 
@@ -135,6 +136,14 @@ class BlockWriter:
             rows[name] = a.reshape(-1).astype(ds.dtype, copy=False)
         return rows
 
+    def close(self) -> None:
+        """Close the datasets (the writer takes no more blocks): their handles must not
+        outlive the file, whose close after a failed write leaves them unusable."""
+        handles = [ds for ds in self._datasets.values()] + [ds for ds, _ in self._state.values()]
+        self._datasets, self._state = {}, {}
+        for ds in handles:
+            ds.id.close()
+
     def check_complete(self) -> None:
         if self.written != self.n:
             raise ValueError(f"streamed snapshot: {self.written} of the {self.n} particles announced were "
@@ -166,7 +175,11 @@ def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
         raise ValueError(f"integrator_state and per_particle_state both name {clash}")
     checkpoint = state is not None or bool(per_particle_state)
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        # no chunk cache (rdcc_nbytes=0): each block reaches the file as it is written, and a
+        # dataset's close has nothing left to write. HDF5 cannot survive a chunk flush that
+        # fails on close (a full disk): the dataset's handle stays half closed and a later
+        # close crashes the process (SIGSEGV in H5D_close)
+        with new_h5_file(tmp, rdcc_nbytes=0) as f:
             _write_header(f.create_group(HEADER_GROUP), int(n), time_f)
             state_group = f.create_group(INTEGRATOR_GROUP, track_order=True) if checkpoint else None
             writer = BlockWriter(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), int(n), state_group,
@@ -174,8 +187,11 @@ def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
             if state:
                 _write_integrator(state_group, state)
             _write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True), params)
-            yield writer
-            writer.check_complete()
+            try:
+                yield writer
+                writer.check_complete()
+            finally:
+                writer.close()  # while the file is open, however the body ended
             f.flush()
 
 
