@@ -159,12 +159,16 @@ def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
 
 
-@pytest.mark.parametrize("args", [["-n", "0"], ["--t-end", "soon"], ["--integrator", "euler"]])
-def test_bad_option_values_are_rejected_by_the_parser(capsys, args):
+@pytest.mark.parametrize("args", [["run", "-n", "0"], ["run", "--t-end", "soon"], ["run", "--integrator", "euler"],
+                                  ["run", "--threads", "0"], ["run", "--dt", "1/0"], ["run", "--no-such-option"],
+                                  ["ic", "plummer", "-n", "-5", "-o", "x.h5"], ["frobnicate"]])
+def test_bad_option_values_are_rejected_by_the_parser_in_one_line(capsys, args):
+    """One line naming the option, as every other error, not argparse's usage first (11 lines)."""
     with pytest.raises(SystemExit) as exc:
-        main(["run", *args])
+        main(args)
     assert exc.value.code == 2
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gravpipe") and "error" in err and "--help" in err, err
 
 
 # ---- gravpipe plot -------------------------------------------------------------------------

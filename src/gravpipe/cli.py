@@ -23,6 +23,15 @@ class UserError(Exception):
     """A mistake in the command line or the input files: one line, no traceback."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a mistake on the command line prints one line (as every other
+    error of the command does) instead of the whole usage before it; subcommands' parsers
+    are of this class too (argparse makes them of their parent's class)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -100,7 +109,7 @@ def _attach_signed_values(argv: Sequence[str], options: set[str]) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     from gravpipe import __version__
 
-    parser = argparse.ArgumentParser(prog="gravpipe", description="Gravitational N-body engine in the GRAPE tradition.")
+    parser = _Parser(prog="gravpipe", description="Gravitational N-body engine in the GRAPE tradition.")
     parser.add_argument("--version", action="version", version=f"gravpipe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
