@@ -28,7 +28,6 @@ import pytest
 import gravpipe as gp
 from gravpipe.errors import MemoryBudgetError
 from gravpipe.ooc import plan_budget
-from gravpipe.ooc_simulation import OutOfCoreSimulation
 
 # budgets here are tiny on purpose, so that pages really move: the walk may thrash
 pytestmark = pytest.mark.filterwarnings("ignore::gravpipe.errors.MemoryBudgetWarning")
@@ -68,7 +67,7 @@ def test_out_of_core_run_is_the_in_core_run_bit_for_bit(tmp_path, scratch):
     p = gp.ic.plummer(N, seed=2)
     with gp.Simulation(p, gravity="tree", dt=DT, threads=2, memory_budget=_budget(), scratch=scratch,
                        page_bytes=PAGE) as sim:
-        assert isinstance(sim, OutOfCoreSimulation)
+        assert isinstance(sim, gp.Simulation) and sim.residence == "pages"
         sim.evolve(0.25, snapshot_every=0.125, checkpoint_every=0.125, out=tmp_path / "run", progress=False)
         assert sim.provider.stats["misses"] > 1000  # the run really paged
         got = sim.particles
@@ -141,7 +140,7 @@ def test_kill_and_resume_is_bit_identical(tmp_path, scratch):
     other.mkdir()
     t_end = 0.25
     with gp.Simulation.resume(out, scratch=other, memory_budget=_budget() + 200 * PAGE) as resumed:
-        assert isinstance(resumed, OutOfCoreSimulation) and 0 < resumed.time < t_end
+        assert resumed.residence == "pages" and 0 < resumed.time < t_end
         resumed.evolve(t_end, checkpoint_every=1 / 32, out=out, progress=False)
         got, rows = resumed.particles, resumed.history
     with gp.Simulation(gp.ic.plummer(N, seed=3), gravity="tree", dt=DT, threads=2, memory_budget=_budget(),
@@ -216,7 +215,7 @@ def test_out_of_core_options_that_do_not_apply_are_refused(scratch):
     p = gp.ic.plummer(500, seed=1)
     with pytest.raises(ValueError, match="gravity='tree' only"):
         gp.Simulation(p, memory_budget="64MiB", scratch=scratch)
-    with pytest.raises(ValueError, match="leapfrog only"):
+    with pytest.raises(ValueError, match="integrator='leapfrog' only"):
         gp.Simulation(p, gravity="tree", integrator="hermite", memory_budget="64MiB", scratch=scratch)
     with pytest.raises(ValueError, match="go together"):
         gp.Simulation(p, gravity="tree", memory_budget="64MiB")
@@ -247,7 +246,7 @@ def test_command_line_refuses_a_run_folder_before_filling_the_store(tmp_path, sc
     def not_expected(*a, **k):
         raise AssertionError("the store was filled before the folder was checked")
 
-    monkeypatch.setattr(ooc_simulation.OutOfCoreSimulation, "from_blocks", not_expected)
+    monkeypatch.setattr(ooc_simulation.PagedRun, "from_blocks", not_expected)
     code = main(["run", "--gravity", "tree", "-n", "1000", "--memory-budget", "64MiB", "--scratch", str(scratch),
                  "--out", str(tmp_path / "run"), "--no-progress"])
     assert code == 2

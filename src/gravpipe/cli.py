@@ -880,7 +880,7 @@ def _emit_json(target: str | None, make_doc, console) -> None:
 # ---- gravpipe run ---------------------------------------------------------------------
 
 # what --resume may change; everything else is fixed by the checkpoint's run config
-_RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress"}
+_RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress", "memory_budget", "scratch"}
 # run.toml / command-line keys that are gravity parameters (gravpipe.gravity.GRAVITY)
 _GRAVITY_PARAMS = ("theta",)
 
@@ -911,12 +911,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from gravpipe import runconfig
+    from gravpipe.run_loop import check_run_dir
 
     cli_values = {key: getattr(args, key) for key in runconfig.KEYS}
     if args.resume is not None:
         return _resume_run(args, cli_values)
-    if args.memory_budget is not None or args.scratch is not None:
-        return _run_out_of_core(args)
     file_values = runconfig.load_config(args.config) if args.config else {}
     settings, given = runconfig.merge(file_values, cli_values)
     if settings.file is not None and given & set(runconfig.IC_KEYS):
@@ -924,79 +923,16 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"FILE ({settings.file}) gives the initial conditions; {names} (for generated ones) "
                         "cannot be combined with it")
     note = _resolve_gravity(settings, file_values, cli_values, args.config)
+    if settings.out is not None:  # before the initial conditions and the first forces are paid for
+        check_run_dir(settings.out, bool(settings.overwrite))
     print(f"gravpipe run: {_source_words(settings)}", flush=True)
-    with _phase("initial conditions"):
-        particles, t0 = _initial_conditions(settings)
-    with _phase(f"first forces on {particles.n:,} particles"):
-        sim = _new_simulation(particles, t0, settings)
-    snap_every, ckpt_every = _cadences(settings, t0)
-    _print_start(sim, settings.t_end, settings.out, note)
-    return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out, not settings.no_progress,
-                              overwrite=settings.overwrite)
-
-
-def _run_out_of_core(args: argparse.Namespace) -> int:
-    """``gravpipe run --gravity tree --memory-budget SIZE --scratch DIR``: the leapfrog with
-    the treecode out of core (gravpipe.ooc_simulation): snapshots, checkpoints and
-    diagnostics.csv as in core, streamed from the pages; ``--resume DIR`` continues it. What
-    does not apply out of core (Hermite, --config, another backend) is refused by name."""
-    import gravpipe as gp
-    from gravpipe import runconfig
-    from gravpipe.ooc_simulation import OutOfCoreSimulation
-
-    if args.memory_budget is None or args.scratch is None:
-        raise UserError("--memory-budget and --scratch go together (an out-of-core run needs both)")
-    if args.gravity != "tree":
-        raise UserError("--memory-budget: out of core runs --gravity tree only (give --gravity tree)")
-    if args.integrator not in (None, "leapfrog"):
-        raise UserError(f"--memory-budget: out of core runs the leapfrog only, not --integrator {args.integrator}")
-    for opt in ("config", "eta", "eta_s", "dt_max"):
-        if getattr(args, opt) is not None:
-            raise UserError(f"{_option_name(opt)}: does not apply out of core (--memory-budget: the leapfrog)")
-    if args.backend not in (None, "auto", "cpu"):
-        raise UserError(f"--backend {args.backend}: the out-of-core tree runs on the CPU")
-    if args.out is not None:  # before the store is filled and the first forces are paid for
-        from gravpipe.run_loop import check_run_dir
-        check_run_dir(args.out, bool(args.overwrite))
-    t_end = args.t_end if args.t_end is not None else runconfig.DEFAULT_T_END
-    kw = dict(eps=args.eps if args.eps is not None else runconfig.DEFAULT_EPS, threads=args.threads,
-              precision=args.precision or "mixed", dt=args.dt, theta=args.theta,
-              page_bytes=args.page_bytes, precise_energy=args.precise_energy)
-    if args.file is not None:
-        if args.ic is not None or args.n is not None or args.seed is not None:
-            raise UserError(f"FILE ({args.file}) gives the initial conditions; --ic, -n, --seed cannot be combined")
-        print(f"gravpipe run: {args.file}", flush=True)
-        with _phase("read into the pages, first forces"):
-            sim = OutOfCoreSimulation.from_snapshot(args.file, args.scratch, args.memory_budget, **kw)
-    else:
-        model = args.ic or "plummer"
-        n = args.n or runconfig.DEFAULT_N
-        seed = args.seed if args.seed is not None else runconfig.DEFAULT_SEED
-        if model not in gp.ic.BLOCK_MODELS:
-            raise UserError(f"--ic {model}: out of core draws models block by block: {', '.join(gp.ic.BLOCK_MODELS)}")
-        source = f"{model}, N = {n}, seed {seed} (drawn block by block into the pages)"
-        print(f"gravpipe run: {source}", flush=True)
-        with _phase("initial conditions into the pages, first forces"):
-            sim = OutOfCoreSimulation.from_blocks(gp.ic.model_blocks(model, n, seed=seed), n, args.scratch,
-                                                  args.memory_budget, **kw)
-    with sim:
-        whole = t_end - sim.time
-        snap_every = args.snap_every if args.snap_every is not None or args.out is None else whole
-        ckpt_every = args.checkpoint_every if args.checkpoint_every is not None or args.out is None else whole
-        _print_start(sim, t_end, args.out)
-        return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.out, not args.no_progress,
-                                  overwrite=bool(args.overwrite))
-
-
-def _report_out_of_core(sim) -> None:
-    """The store's traffic of an out-of-core run (after its time breakdown)."""
-    from gravpipe.store import format_bytes
-
-    s, t = sim.provider.stats, sim._steps_total
-    print(f"  out of core, stages summed over the steps: kick-drift {t.kick_drift:.2f} s, sort {t.sort:.2f} s, build {t.build:.2f} s, "
-          f"moments {t.moments:.2f} s, walk+forces+kick {t.walk_forces:.2f} s; "
-          f"store read {format_bytes(int(s['bytes_read']))}, written {format_bytes(int(s['bytes_written']))}, "
-          f"{s['misses']:,} misses, {float(s['stall_seconds']):.2f} s stalled")
+    with _phase("initial conditions, first forces"):
+        sim = _new_simulation(settings)
+    with sim:  # a paged run's scratch file goes however the run ends
+        snap_every, ckpt_every = _cadences(settings, sim.time)
+        _print_start(sim, settings.t_end, settings.out, note)
+        return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out,
+                                  not settings.no_progress, overwrite=bool(settings.overwrite))
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
@@ -1053,24 +989,18 @@ def _resolve_gravity(settings, file_values: dict, cli_values: dict, config: str 
             + ("; hermite needs jerks, which the treecode does not compute)" if not kind.delivers_jerk else ")"))
 
 
-def _initial_conditions(settings):
-    """(particles, t0) from FILE or from the ic/n/seed keys (described by _source_words)."""
-    import gravpipe as gp
-    from gravpipe import io
-
-    if settings.file is not None:
-        return io.read(settings.file)
-    make = {"plummer": gp.ic.plummer, "uniform-sphere": gp.ic.uniform_sphere, "uniform-cube": gp.ic.uniform_cube}
-    return make[settings.ic](settings.n, seed=settings.seed), 0.0
-
-
-def _new_simulation(particles, t0: float, settings):
+def _new_simulation(settings):
+    """The run the settings describe, its initial conditions from FILE or the ic/n/seed keys
+    and its particles where memory_budget/scratch put them (gravpipe.residence)."""
     from gravpipe.simulation import Simulation
 
-    return Simulation(particles, gravity=settings.gravity, integrator=settings.integrator, eps=settings.eps,
-                      backend=settings.backend, precision=settings.precision, threads=settings.threads,
-                      eta=settings.eta, eta_s=settings.eta_s, dt_max=settings.dt_max, dt=settings.dt, t0=t0,
-                      theta=settings.theta, precise_energy=settings.precise_energy)
+    kw = dict(gravity=settings.gravity, integrator=settings.integrator, eps=settings.eps, backend=settings.backend,
+              precision=settings.precision, threads=settings.threads, eta=settings.eta, eta_s=settings.eta_s,
+              dt_max=settings.dt_max, dt=settings.dt, theta=settings.theta, precise_energy=settings.precise_energy,
+              memory_budget=settings.memory_budget, scratch=settings.scratch, page_bytes=settings.page_bytes)
+    if settings.file is not None:
+        return Simulation.from_snapshot(settings.file, **kw)
+    return Simulation.from_model(settings.ic, settings.n, settings.seed, **kw)
 
 
 def _cadences(settings, t0: float) -> tuple[float | None, float | None]:
@@ -1095,9 +1025,6 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
         allowed = ", ".join(_option_name(k) for k in sorted(_RESUME_KEYS))
         raise UserError(f"--resume continues the run stored in its checkpoint; {names} cannot be given "
                         f"with it (allowed: {allowed})")
-    if args.page_bytes is not None:
-        raise UserError("--page-bytes: a resumed out-of-core run keeps its page size (give --memory-budget or "
-                        "--scratch to change those)")
     checkpoint = latest_checkpoint(args.resume)
     # an out-of-core run's checkpoint resumes out of core (budget and scratch: the original
     # run's unless given)
@@ -1115,10 +1042,8 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
     if abs(t_end - sim.time) <= 1e-9 * sim.quantum:
         print(f"already at t_end = {t_end:g}: nothing to do (give --t-end to go further)")
         return 0
-    if hasattr(sim, "close"):  # out of core: remove the scratch file however the run ends
-        with sim:
-            return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
-    return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
+    with sim:  # a paged run's scratch file goes however the run ends
+        return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
 
 
 def _phase(what: str):
@@ -1170,11 +1095,8 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
     wall = time.perf_counter() - start
     print(f"energy error {sim.energy_error():.3e} at t = {sim.time:g} (relative: (E - E0) / |E0|, or / (|K0| + |W0|) when E0 = 0)")
     _print_breakdown(sim.timings, wall)
-    balance = getattr(sim.provider, "balance_summary", None)  # MPI domains (gravity tree on ranks)
-    if balance is not None:
-        print(f"  {balance()}")
-    if getattr(sim.config, "out_of_core", None):
-        _report_out_of_core(sim)
+    for line in sim.summary_lines():  # MPI domains' balance, a paged run's traffic
+        print(f"  {line}")
     if out is not None:
         _print_files(out)
     return 0

@@ -1,28 +1,31 @@
-"""An out-of-core run: the leapfrog with the treecode on a paged store, with the in-core
+"""A run whose particles live in the pages of a scratch file (the residence "pages" of
+:mod:`gravpipe.residence`): the leapfrog with the treecode out of core, with the in-memory
 run's snapshots, checkpoints, diagnostics and resume.
 
     sim = gp.Simulation(gp.ic.plummer(100_000, seed=1), gravity="tree", eps=1/64, dt=1/128,
-                        memory_budget="256MiB", scratch="/scratch")     # -> OutOfCoreSimulation
+                        memory_budget="256MiB", scratch="/scratch")     # its run: a PagedRun
     sim.evolve(1.0, snapshot_every=0.25, checkpoint_every=0.5, out="run/")
     sim = gp.Simulation.resume("run/")                                 # bit for bit
 
 The particles live in the pages of a :class:`gravpipe.ooc.OutOfCore` store, never whole in
-memory: initial conditions come block by block (:meth:`OutOfCoreSimulation.from_snapshot`,
-:meth:`~OutOfCoreSimulation.from_blocks`, or in-memory ``Particles``), snapshots and
-checkpoints are streamed from the pages (chunked HDF5, the GADGET-4 layout), and the
-diagnostics rows are computed in passes over the pages (``streamed_diagnostics``).
+memory: initial conditions come block by block (:meth:`PagedRun.from_snapshot`,
+:meth:`~PagedRun.from_blocks`, :meth:`~PagedRun.from_model`, or in-memory ``Particles``),
+snapshots and checkpoints are streamed from the pages (chunked HDF5, the GADGET-4 layout),
+and the diagnostics rows are computed in passes over the pages (``streamed_diagnostics``),
+in blocks of a small share of the budget (:func:`block_rows`).
 
-The same numbers as in core: for the same particles, parameters and thread count every step
-is the in-core tree leapfrog's bit for bit (``ooc``), and a run resumed from a checkpoint
-continues bit for bit, under any memory budget. The energy of a row uses the potential of
-the run's own last force evaluation (the store's ``pot``), as in core; with
-``precise_energy`` the in-core run's precise potential instead: a second tree at
+The same numbers as in memory: for the same particles, parameters and thread count every
+step is the in-memory tree leapfrog's bit for bit (``ooc``), and a run resumed from a
+checkpoint continues bit for bit, under any memory budget. The energy of a row uses the
+potential of the run's own last force evaluation (the store's ``pot``), as in memory; with
+``precise_energy`` the in-memory run's precise potential instead: a second tree at
 ``gravity.DIAGNOSTICS_THETA`` with float64 lists (written to the store's ``pot_check`` field,
 so the run's forces stay).
 
-Differences from the in-core :class:`~gravpipe.Simulation`, by design: one process (no MPI),
-the leapfrog only, the CPU only; files are in the store's curve order (every reader uses
-``ParticleIDs``); ``particles`` gathers every particle into memory (small runs and tests).
+What the residence refuses, by design: several processes (no MPI), another integrator than
+the leapfrog, another backend than the CPU; files are in the store's curve order (every
+reader uses ``ParticleIDs``); ``particles`` gathers every particle into memory (small runs
+and tests).
 """
 
 from __future__ import annotations
@@ -45,11 +48,11 @@ from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
 from gravpipe.ooc import OutOfCore, StepTimes
 from gravpipe.particles import Particles
-from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings, latest_checkpoint
+from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings
 from gravpipe.store import check_scratch_dir, format_bytes, page_bytes_for_budget, parse_byte_size
 from gravpipe.tree_params import DEFAULT_N_CRIT, DEFAULT_N_LEAF
 
-__all__ = ["OutOfCoreSimulation"]
+__all__ = ["PagedRun"]
 
 #: the share of the memory budget that the blocks of a pass over the pages (diagnostics rows,
 #: snapshots, checkpoints, reading a file into the pages) may hold at once: they come on top
@@ -67,7 +70,7 @@ def block_rows(budget: int) -> int:
     return int(min(1 << 20, max(1 << 12, budget * BLOCK_SHARE // BLOCK_ROW_BYTES)))
 
 
-class OutOfCoreSimulation(RunLoop):
+class PagedRun(RunLoop):
     """A leapfrog run of the treecode out of core (see the module docstring).
 
     Built by ``Simulation(particles, gravity="tree", memory_budget=..., scratch=...)``, by
@@ -91,7 +94,7 @@ class OutOfCoreSimulation(RunLoop):
 
     @classmethod
     def from_blocks(cls, blocks: Iterable[Particles], n: int, scratch: str | os.PathLike, memory_budget: str | int,
-                    **kwargs: Any) -> OutOfCoreSimulation:
+                    **kwargs: Any) -> PagedRun:
         """A run of ``n`` particles arriving as consecutive ``Particles`` blocks
         (``ic.plummer_blocks``, ``ic.model_blocks``): initial conditions of any N drawn
         straight into the pages."""
@@ -101,7 +104,7 @@ class OutOfCoreSimulation(RunLoop):
 
     @classmethod
     def from_snapshot(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
-                      **kwargs: Any) -> OutOfCoreSimulation:
+                      **kwargs: Any) -> PagedRun:
         """A run of the particles of a GADGET-layout snapshot, read block by block; ``t0``
         defaults to the file's time."""
         if kwargs.get("t0") is None:
@@ -113,7 +116,17 @@ class OutOfCoreSimulation(RunLoop):
         return cls._started(run, settings)
 
     @classmethod
-    def _started(cls, run: OutOfCore, settings: _Settings) -> OutOfCoreSimulation:
+    def from_model(cls, model: str, n: int, seed: int, scratch: str | os.PathLike, memory_budget: str | int,
+                   **kwargs: Any) -> PagedRun:
+        """A run of a generated model drawn block by block into the pages (a name of
+        ``ic.BLOCK_MODELS``)."""
+        from gravpipe import ic
+        if model not in ic.BLOCK_MODELS:
+            raise ValueError(f"model {model!r}: out of core draws models block by block: {', '.join(ic.BLOCK_MODELS)}")
+        return cls.from_blocks(ic.model_blocks(model, n, seed=seed), n, scratch, memory_budget, **kwargs)
+
+    @classmethod
+    def _started(cls, run: OutOfCore, settings: _Settings) -> PagedRun:
         sim = cls.__new__(cls)
         sim._start(run, settings, restart=None)
         return sim
@@ -314,13 +327,13 @@ class OutOfCoreSimulation(RunLoop):
         return Path(path)
 
     @classmethod
-    def resume(cls, out: str | Path, *, scratch: str | os.PathLike | None = None,
-               memory_budget: str | int | None = None, threads: int | None = None) -> OutOfCoreSimulation:
-        """Continue from the newest checkpoint in ``out``, read block by block into a new
+    def resume(cls, checkpoint: Path, out: str | Path, threads: int | None = None, *,
+               scratch: str | os.PathLike | None = None, memory_budget: str | int | None = None) -> PagedRun:
+        """Continue from ``checkpoint`` of the run in ``out``, read block by block into a new
         store: bit for bit the uninterrupted run (with the original thread count, the
         default; any budget, scratch directory or page size). ``scratch`` and
         ``memory_budget`` default to the original run's."""
-        path = latest_checkpoint(out)
+        path = checkpoint
         with gio.open_blocks(path) as snap:
             params, scalars = snap.parameters, snap.integrator_scalars
         if scalars is None or "run_config" not in params:
@@ -346,12 +359,20 @@ class OutOfCoreSimulation(RunLoop):
         sim._run_dir = Path(out).resolve()
         return sim
 
+    def summary_lines(self) -> list[str]:
+        """Lines a report adds after the time breakdown: the stages and the store's traffic."""
+        s, t = self._run.stats, self._steps_total
+        return [f"out of core, stages summed over the steps: kick-drift {t.kick_drift:.2f} s, sort {t.sort:.2f} s, "
+                f"build {t.build:.2f} s, moments {t.moments:.2f} s, walk+forces+kick {t.walk_forces:.2f} s; "
+                f"store read {format_bytes(int(s['bytes_read']))}, written {format_bytes(int(s['bytes_written']))}, "
+                f"{s['misses']:,} misses, {float(s['stall_seconds']):.2f} s stalled"]
+
     # ---- lifetime ------------------------------------------------------------------------
     def close(self) -> None:
         """Remove the scratch file (the run cannot step any more)."""
         self._run.close()
 
-    def __enter__(self) -> OutOfCoreSimulation:
+    def __enter__(self) -> PagedRun:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -359,7 +380,7 @@ class OutOfCoreSimulation(RunLoop):
         self.close()
 
     def __repr__(self) -> str:
-        return f"OutOfCoreSimulation(n={self.n}, t={self.time:g}, {self._run!r})"
+        return f"PagedRun(n={self.n}, t={self.time:g}, {self._run!r})"
 
 
 class _Settings:

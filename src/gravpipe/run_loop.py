@@ -1,5 +1,6 @@
-"""The evolve loop, the run directory and the run's records (RunConfig, Timings), shared by the in-core :class:`~gravpipe.Simulation`
-and the out-of-core :class:`~gravpipe.ooc_simulation.OutOfCoreSimulation`.
+"""The evolve loop, the run directory and the run's records (RunConfig, Timings), shared by the
+runs of every residence (:mod:`gravpipe.residence`): :class:`~gravpipe.memory_run.MemoryRun` and
+:class:`~gravpipe.ooc_simulation.PagedRun`, which :class:`~gravpipe.Simulation` forwards to.
 
 :class:`RunLoop` finds the stops of a run (files due, diagnostics rows, the end), claims the
 run directory, numbers and writes the files and ``diagnostics.csv``. A run class supplies:

@@ -81,13 +81,17 @@ class RunSettings:
     no_progress: bool = False
     overwrite: bool = False
     precise_energy: bool | None = None  # None: the gravity kind's default (gravity.GravityKind.precise_rows)
+    # where the particles live (gravpipe.residence): in pages of a scratch file when given
+    memory_budget: str | int | None = None
+    scratch: str | None = None
+    page_bytes: str | int | None = None
 
 
 KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))
 #: keys that choose the initial conditions when no file is given
 IC_KEYS = ("ic", "n", "seed")
 #: keys whose value is a path (resolved against the config file's directory)
-PATH_KEYS = ("file", "out")
+PATH_KEYS = ("file", "out", "scratch")
 
 
 #: what parse_number accepts, for option help and error messages
@@ -175,6 +179,14 @@ def _positive_int(value: Any) -> int:
     return v
 
 
+def _size(value: Any) -> str | int:
+    """A byte size: a whole number of bytes or a string such as "4GiB" (checked where it is
+    used: gravpipe.store.parse_byte_size)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected a byte size such as 4096 or \"4GiB\", got {value!r}")
+    return value
+
+
 def _string(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a non-empty string, got {value!r}")
@@ -201,7 +213,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "t_end": _number, "snap_every": _number, "checkpoint_every": _number, "out": _string, "eps": _number,
     "eta": _number, "eta_s": _number, "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS),
     "backend": _string, "threads": _positive_int, "no_progress": _bool, "overwrite": _bool,
-    "precise_energy": _bool,
+    "precise_energy": _bool, "memory_budget": _size, "scratch": _string, "page_bytes": _size,
 }
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
 

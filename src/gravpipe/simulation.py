@@ -1,38 +1,38 @@
-"""Simulation: gravity x integrator x backend, the evolve loop, snapshots and checkpoints.
+"""Simulation: gravity x integrator x backend x where the particles live, the evolve loop,
+snapshots and checkpoints.
 
     sim = Simulation(gp.ic.plummer(1024, seed=1), integrator="hermite", eps=1/64)
     sim.evolve(t_end=10.0, snapshot_every=1.0, checkpoint_every=1.0, out="run1/")
     print(sim.energy_error(), sim.timings)
 
+    big = Simulation.from_model("plummer", 10**8, seed=1, gravity="tree",
+                                memory_budget="4GiB", scratch="/scratch")   # pages of a scratch file
+
 ``evolve`` reaches any end time exactly (off the integrator's step grid at the cost of one
 extra force evaluation on all particles). A run directory holds ``snapshot_NNNN.h5``
 (GADGET-4 layout), ``checkpoint_NNNN.h5`` (the same plus the exact integrator state) and
-``diagnostics.csv``, numbered in the order written; every file is written atomically. ``Simulation.resume(dir)`` continues from the newest checkpoint and reproduces
-the uninterrupted run bit for bit (same backend, precision and thread count).
+``diagnostics.csv``, numbered in the order written; every file is written atomically.
+``Simulation.resume(dir)`` continues from the newest checkpoint and reproduces the
+uninterrupted run bit for bit (same backend, precision and thread count).
+
+Where the particles live is chosen through :mod:`gravpipe.residence` as gravity is through
+:mod:`gravpipe.gravity`: in memory (:class:`~gravpipe.memory_run.MemoryRun`) or, with
+``memory_budget`` and ``scratch``, in pages (:class:`~gravpipe.ooc_simulation.PagedRun`).
+A Simulation is the same object either way and forwards to its run.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-import numpy as np
-
-from gravpipe import _core, diagnostics, integrators, parallel
-from gravpipe import gravity as gravity_registry
-from gravpipe import io as gio
-from gravpipe._validate import check_positive_scalar
-from gravpipe.backends import resolve_backend
-from gravpipe.parallel import consistency
+from gravpipe import diagnostics, residence
 from gravpipe.particles import Particles
 
 # RunConfig, Timings, run_files and latest_checkpoint are public here too (users and the CLI
 # import them from here)
 from gravpipe.run_loop import (  # noqa: F401
-    LAGRANGIAN_FRACTIONS,
     RunConfig,
     RunLoop,
     Timings,
@@ -41,15 +41,7 @@ from gravpipe.run_loop import (  # noqa: F401
 )
 
 
-def _runs_on_cpu_threads(gravity: str, backend: str) -> bool:
-    """Whether the force solver runs on this process's CPU threads, so that ranks sharing a
-    machine must split its cores: the tree always (its walk, also with its lists on a GPU);
-    direct summation where ``backend`` resolves to the CPU ("auto" picks CUDA on a GPU
-    machine, and the CUDA pipeline takes no threads)."""
-    return gravity == "tree" or resolve_backend(backend).name == "cpu"
-
-
-class Simulation(RunLoop):
+class Simulation:
     """An N-body simulation.
 
     Parameters
@@ -58,7 +50,7 @@ class Simulation(RunLoop):
     gravity : a kind of :data:`gravpipe.gravity.GRAVITY`: "direct" (O(N^2) on the force
         pipeline) or "tree" (Barnes-Hut treecode with quadrupoles, opening angle ``theta``;
         it gives no jerks, so it runs with leapfrog; ``precision`` selects its list
-        kernels, as for the pipeline; it computes on the CPU).
+        kernels, as for the pipeline).
     integrator : "hermite" (block time steps; takes eta, eta_s, dt_max) or "leapfrog"
         (shared step; takes dt). None: the gravity kind's default (hermite for direct,
         leapfrog for tree).
@@ -71,295 +63,179 @@ class Simulation(RunLoop):
     comm : an mpi4py communicator: direct summation split over its ranks (j-parallel), or
         the treecode over curve domains with locally essential trees (gravity="tree",
         :mod:`gravpipe.parallel.tree_parallel`); every rank holds all particles, rank 0
-        prints and writes the files. None: COMM_WORLD when
-        started by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults
-        to the rank's share of its machine's cores.
+        prints and writes the files. None: COMM_WORLD when started by ``mpiexec -n P`` with
+        P > 1, else a serial run. ``threads`` then defaults to the rank's share of its
+        machine's cores.
+    precise_energy : diagnostics rows from a precise potential of their own (True) or from
+        the run's last force evaluation (False); None: the gravity kind's default
+        (:meth:`energy`).
+    memory_budget, scratch, page_bytes : the particles in the pages of a scratch file in
+        ``scratch``, everything that grows with N within ``memory_budget`` ("4GiB" or bytes;
+        residence "pages": gravity="tree", the leapfrog, the CPU, one process; ``page_bytes``
+        default: from the budget). Without them the particles live in memory.
+    n_leaf, n_crit : the paged tree's leaf and group sizes (pages only).
     """
 
-    def __new__(cls, particles: Particles = None, gravity: str = "direct", integrator: str | None = None, *,
-                memory_budget: str | int | None = None, scratch: str | Path | None = None, **kwargs: Any):
-        """With ``memory_budget`` and ``scratch``: an out-of-core run
-        (:class:`~gravpipe.ooc_simulation.OutOfCoreSimulation`, the same interface)."""
-        if memory_budget is None and scratch is None:
-            return super().__new__(cls)
-        from gravpipe.ooc_simulation import OutOfCoreSimulation
-
-        if gravity != "tree":
-            raise ValueError(f"memory_budget: out of core runs gravity='tree' only, got gravity={gravity!r}")
-        if integrator not in (None, "leapfrog"):
-            raise ValueError(f"memory_budget: out of core runs the leapfrog only, got integrator={integrator!r}")
-        for name, allowed in (("backend", ("auto", "cpu")), ("comm", (None,)), ("eta", (None,)), ("eta_s", (None,)),
-                              ("dt_max", (None,))):
-            if kwargs.get(name, allowed[0]) not in allowed:
-                raise ValueError(f"{name}={kwargs[name]!r}: not available out of core (memory_budget: one process, "
-                                 "the CPU, the leapfrog)")
-            kwargs.pop(name, None)
-        return OutOfCoreSimulation(particles, scratch, memory_budget, **kwargs)
-
     def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
-                 eps: float = 1 / 64, G: float = 1.0, backend: str = "auto", precision: str = "mixed",
-                 threads: int | None = None, eta: float | None = None, eta_s: float | None = None,
-                 dt_max: float | None = None, dt: float | None = None, t0: float = 0.0,
-                 theta: float | None = None, comm: Any = None, precise_energy: bool | None = None,
-                 memory_budget: None = None, scratch: None = None):
-        # memory_budget and scratch (both None here) select an out-of-core run in __new__
-        self._setup(particles, gravity, integrator, eps=eps, G=G, backend=backend, precision=precision,
-                    threads=threads, integrator_params={"eta": eta, "eta_s": eta_s, "dt_max": dt_max, "dt": dt},
-                    t0=t0, gravity_params={"theta": theta}, comm=comm, restart=None,
-                    precise_energy=precise_energy)
+                 memory_budget: str | int | None = None, scratch: str | Path | None = None,
+                 page_bytes: str | int | None = None, **kwargs: Any):
+        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
+        self._run = residence.resolve(options).start(particles, options, gravity=gravity, integrator=integrator,
+                                                     **kwargs)
 
-    def _setup(self, particles: Particles, gravity: str, integrator: str | None, *, eps: float, G: float,
-               backend: str, precision: str, threads: int | None, integrator_params: dict[str, float | None],
-               t0: float, gravity_params: dict[str, float | None], comm: Any,
-               restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None,
-               precise_energy: bool | None = None) -> None:
-        """The constructor's work; ``restart`` (config, integrator state, diagnostics
-        history) continues a run from a checkpoint (see :meth:`resume`)."""
-        if not isinstance(particles, Particles):
-            raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
-        kind, gparams = gravity_registry.resolve(gravity, gravity_params)
-        spec, params = integrators.resolve(integrator or kind.default_integrator, integrator_params)
-        if spec.needs_jerk and not kind.delivers_jerk:
-            usable = [n for n, s in integrators.INTEGRATORS.items() if not s.needs_jerk]
-            raise ValueError(f"gravity={kind.name!r} needs integrator={' or '.join(map(repr, usable))} "
-                             f"({spec.name} needs jerks, which the {kind.name} solver does not compute)")
-        eps = check_positive_scalar("eps", eps)
-        if not math.isfinite(float(t0)):
-            raise ValueError(f"t0: must be finite, got {t0!r}")
-        self._spec, self._kind = spec, kind
-        self._eps, self._G = eps, float(G)
-        self.comm = parallel.resolve_comm(comm)
-        if self.comm is not None:
-            self._check_ranks_agree(particles, {
-                "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
-                "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0,
-                "restart": asdict(restart[0]) if restart is not None else None})
-        if self.comm is not None and _runs_on_cpu_threads(kind.name, backend):
-            threads = parallel.threads_per_rank(self.comm) if threads is None else threads
-            # the integrator's own loops (predict, correct, schedule) too: ranks sharing a
-            # machine would otherwise each start a thread per core and spin against each other
-            _core.set_max_threads(threads)
-        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads,
-                                  comm=self.comm, **gparams)
-        self._mass = np.array(particles.mass)
-        self._ids = np.array(particles.id)
-        self._run_dir: Path | None = None  # the run directory this run writes to
-        if restart is None:
-            state, self.history = None, []
-            start, run_params = float(t0), params
-        else:
-            self.config, state, self.history = restart
-            self._precise_energy = self.config.precise_energy
-            if hasattr(self._source, "restore_checkpoint_state"):  # its arrays, e.g. the MPI domains' cost
-                state = self._source.restore_checkpoint_state(state)
-            start, run_params = self.config.t0, self.config.params
-        self._core = spec.build(self._source.provider, np.array(particles.pos), np.array(particles.vel),
-                                self._mass, start, run_params, state)
-        if restart is None:
-            # the start-up evaluation's potential gives E0 (or the precise check, by option)
-            self._precise_energy = kind.precise_rows if precise_energy is None else bool(precise_energy)
-            energy0 = self.energy()
-            self.config = RunConfig(kind.name, spec.name, params, eps, float(G), backend, precision, threads,
-                                    float(t0), energy0.total, theta=gparams.get("theta"),
-                                    kinetic0=energy0.kinetic, potential0=energy0.potential,
-                                    precise_energy=self._precise_energy)
-        # step counts of the run before this process (a resumed run continues the count, so
-        # the steps columns of diagnostics.csv match an uninterrupted run)
-        last = self.history[-1] if self.history else {}
-        self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
-        # the start-up force evaluation on all particles is not part of any step
-        self._startup = self._raw_timings()
-        if restart is None:
-            self._record()
+    @classmethod
+    def _of(cls, run: RunLoop) -> Simulation:
+        sim = cls.__new__(cls)
+        sim._run = run
+        return sim
 
-    def _check_ranks_agree(self, particles: Particles, setup: dict[str, Any]) -> None:
-        """Every rank must run the same gravpipe and core on the same inputs (collective)."""
-        import gravpipe
+    @classmethod
+    def from_model(cls, model: str, n: int, seed: int = 1, gravity: str = "direct", integrator: str | None = None,
+                   *, memory_budget: str | int | None = None, scratch: str | Path | None = None,
+                   page_bytes: str | int | None = None, **kwargs: Any) -> Simulation:
+        """A run of a generated model (plummer, uniform-sphere, uniform-cube; ``gravpipe.ic``):
+        in memory the whole model, in pages drawn block by block (plummer and uniform-cube).
+        Other parameters as for the constructor."""
+        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
+        return cls._of(residence.resolve(options).from_model(model, n, seed, options, gravity=gravity,
+                                                             integrator=integrator, **kwargs))
 
-        facts = {"gravpipe version": gravpipe.__version__,
-                 "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str)}
-        # one fact per setting, so that a difference names the setting and both values
-        facts.update({key: json.dumps(value, sort_keys=True, default=str) for key, value in setup.items()})
-        facts["initial conditions (digest)"] = consistency.particles_digest(particles)
-        consistency.check_same_on_all_ranks(self.comm, facts)
+    @classmethod
+    def from_snapshot(cls, path: str | Path, gravity: str = "direct", integrator: str | None = None, *,
+                      memory_budget: str | int | None = None, scratch: str | Path | None = None,
+                      page_bytes: str | int | None = None, **kwargs: Any) -> Simulation:
+        """A run of a snapshot's particles (``t0`` defaults to the file's time): read whole in
+        memory, block by block into pages. Other parameters as for the constructor."""
+        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
+        return cls._of(residence.resolve(options).from_snapshot(path, options, gravity=gravity,
+                                                                integrator=integrator, **kwargs))
 
-    # ---- state -----------------------------------------------------------------------
+    @classmethod
+    def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,
+               memory_budget: str | int | None = None, scratch: str | Path | None = None) -> Simulation:
+        """Continue from the newest checkpoint in ``out`` where the run lived (same backend
+        and precision as the original run; ``threads`` defaults to the original run's;
+        ``comm`` as for the constructor: the same number of ranks continues bit for bit,
+        another one correctly). A paged run resumes in pages, ``memory_budget`` and
+        ``scratch`` defaulting to the original run's (any budget continues bit for bit)."""
+        checkpoint = latest_checkpoint(out)
+        home = residence.of_checkpoint(checkpoint)
+        options = {"memory_budget": memory_budget, "scratch": scratch}
+        return cls._of(home.resume(checkpoint, out, threads, comm, options))
+
+    # ---- the run's state and records ------------------------------------------------------
+    @property
+    def residence(self) -> str:
+        """Where the particles live: "memory" or "pages" (:data:`gravpipe.residence.RESIDENCES`)."""
+        return next(name for name, r in residence.RESIDENCES.items() if isinstance(self._run, r.run_class))
+
     @property
     def time(self) -> float:
         """The current time: every particle is synchronized here (N-body time units)."""
-        return self._core.time
-
-    @property
-    def provider(self) -> gravity_registry.ForceSource:
-        """The force source of this run (a :class:`gravpipe.Pipeline` for gravity="direct",
-        a :class:`gravpipe.tree.TreeGravity` for "tree"): backend, counters, threads."""
-        return self._source
+        return self._run.time
 
     @property
     def grid_origin(self) -> float:
         """Stops at ``grid_origin + k * quantum`` are reached by whole steps; any other stop
         costs one extra force evaluation on all particles and becomes the new origin."""
-        return self._core.grid_origin
-
-    @property
-    def backend(self) -> str:
-        """The backend that computes the forces ("cpu", ...), as chosen by ``backend="auto"``."""
-        return self._source.backend
-
-    @property
-    def backend_detail(self) -> str:
-        """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
-        (``Pipeline.backend_detail`` names the machine's maximum)."""
-        p = self._source
-        how = getattr(p, "parallel_kind", "j-parallel")
-        ranks = f", {how} over {self.comm.Get_size()} MPI ranks" if self.comm is not None else ""
-        return (f"isa={p.isa}, threads={p.threads}{ranks}" if p.backend == "cpu" else p.backend_detail)
+        return self._run.grid_origin
 
     @property
     def quantum(self) -> float:
-        """The integrator's step on its grid (dt_max for Hermite, dt for leapfrog): stops at
-        ``grid_origin`` plus multiples of it cost no extra force evaluation."""
-        return self.config.params[self._spec.quantum_key]
-
-    @property
-    def particles(self) -> Particles:
-        """A synchronized copy of the particles at ``time``."""
-        return Particles(self._core.positions(), self._core.velocities(), self._mass, self._ids)
-
-    def energy(self, precise: bool | None = None) -> diagnostics.Energy:
-        """Kinetic, potential and total energy now.
-
-        ``precise`` False: the potential of the run's last force evaluation (the
-        integrator's own, at ``time``: no extra evaluation), carrying the run's force error:
-        the tree's at its theta for "tree" (|dW/W| ~1e-4 at theta 0.6, mixed, Plummer); the
-        pipeline's precision for "direct" (mixed: |dW/W| ~1e-7-1e-6; double: rounding, with
-        Hermite's corrector move to second order). True: computed again in float64 as the
-        gravity kind's ``diagnostic_potential`` does: a float64 direct sum on the run's
-        backend for "direct" (rounding only; one O(N^2) evaluation, ~3-5 mixed steps), a
-        float64 tree at theta 0.25 for "tree" (|dW/W| ~1e-6; 7-12 evaluations' time).
-        None: the run's ``precise_energy`` (by default the gravity kind's ``precise_rows``:
-        precise for "direct", the run's own for "tree")."""
-        p, eps, G = self.particles, self._eps, self._G
-        precise = self._precise_energy if precise is None else precise
-        pot = self._kind.diagnostic_potential(self._source, p.pos, p.mass, eps, G) if precise \
-            else self._core.potentials()
-        return diagnostics.energy(p, eps, G, pot=pot)
-
-    def _raw_timings(self) -> Timings:
-        c = self._core.counters()
-        s = self._source.stats
-        return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
-                       compute=s.seconds_compute, comm=s.seconds_comm, total=c["seconds_total"], steps=c["steps"],
-                       particle_steps=c["particle_steps"], interactions=s.interactions)
-
-    @property
-    def timings(self) -> Timings:
-        """The time breakdown of the steps taken by this process (start-up excluded)."""
-        now, base = self._raw_timings(), self._startup
-        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
-
-    @property
-    def startup_seconds(self) -> float:
-        """Wall time of the start-up (the first force evaluation on all particles)."""
-        return self._startup.total
-
-    # ---- evolution (the loop is RunLoop.evolve) ------------------------------------------
-    def _advance_to(self, t: float) -> None:
-        self._core.evolve_to(t)
+        """The integrator's step on its grid (dt_max for Hermite, dt for leapfrog)."""
+        return self._run.quantum
 
     @property
     def n(self) -> int:
         """The number of particles."""
-        return len(self._mass)
+        return self._run.n
 
-    def _record(self) -> None:
-        radii = diagnostics.lagrangian_radii(self.particles, LAGRANGIAN_FRACTIONS)
-        self._append_row(self.energy(), radii)
+    @property
+    def particles(self) -> Particles:
+        """A synchronized copy of the particles at ``time`` in the order they were given
+        (a paged run gathers them into memory: small runs and tests)."""
+        return self._run.particles
 
-    # ---- files -------------------------------------------------------------------------
-    def _parameters(self) -> dict[str, Any]:
-        c = self.config
-        return {"integrator": c.integrator, "gravity": c.gravity, "eps": c.eps, "G": c.G,
-                "precision": c.precision, "backend": self._source.backend, "run_config": json.dumps(asdict(c))}
+    @property
+    def config(self) -> RunConfig:
+        """Everything needed to rebuild the run (stored in each checkpoint)."""
+        return self._run.config
+
+    @property
+    def history(self) -> list[dict]:
+        """The diagnostics rows so far (those of diagnostics.csv)."""
+        return self._run.history
+
+    @property
+    def timings(self) -> Timings:
+        """The time breakdown of the steps taken by this process (start-up excluded)."""
+        return self._run.timings
+
+    @property
+    def startup_seconds(self) -> float:
+        """Wall time of the start-up (the first force evaluation on all particles)."""
+        return self._run.startup_seconds
+
+    @property
+    def provider(self) -> Any:
+        """The force source (a :class:`gravpipe.Pipeline`, a :class:`gravpipe.tree.TreeGravity`,
+        the MPI forms, or the paged tree :class:`gravpipe.ooc.OutOfCore`): counters, threads."""
+        return self._run.provider
+
+    @property
+    def backend(self) -> str:
+        """The backend that computes the forces ("cpu", ...), as chosen by ``backend="auto"``."""
+        return self._run.backend
+
+    @property
+    def backend_detail(self) -> str:
+        """What the backend runs on, e.g. "isa=avx2, threads=2", and where the particles live."""
+        return self._run.backend_detail
+
+    @property
+    def comm(self) -> Any:
+        """The mpi4py communicator of the ranks (None in one process)."""
+        return self._run.comm
+
+    def summary_lines(self) -> list[str]:
+        """Lines a run report adds after the time breakdown (MPI balance, the pages' traffic)."""
+        return self._run.summary_lines()
+
+    # ---- evolution, diagnostics, files ----------------------------------------------------
+    def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
+               out: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> None:
+        """Advance to ``t_end``, writing files to ``out`` (see :meth:`RunLoop.evolve`)."""
+        self._run.evolve(t_end, snapshot_every, checkpoint_every, out, progress, overwrite)
+
+    def energy(self, precise: bool | None = None) -> diagnostics.Energy:
+        """Kinetic, potential and total energy now (see the run's ``energy``: the run's own
+        potential, or with ``precise`` a float64 one of its own)."""
+        return self._run.energy(precise)
+
+    def energy_error(self) -> float:
+        """Relative energy error against the start of the run (see :meth:`RunLoop.energy_error`)."""
+        return self._run.energy_error()
 
     def write_snapshot(self, path: str | Path) -> Path:
-        """Write the particles at ``time`` as an HDF5 snapshot (GADGET-4 layout, written
-        atomically) with the run's parameters; returns the path. With several ranks
-        (collective): a multi-file set in the folder ``path``, one file per rank
-        (``io.write_set``)."""
-        if self.comm is not None:
-            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters())
-        return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
+        """The particles at ``time`` as a snapshot (GADGET-4 layout, atomic); returns the path."""
+        return self._run.write_snapshot(path)
 
     def write_checkpoint(self, path: str | Path) -> Path:
-        """A snapshot plus the exact integrator state and the diagnostics history. With
-        several ranks (collective): a multi-file set in the folder ``path``, the
-        per-particle state split like the particles."""
-        state = dict(self._core.checkpoint())
-        if hasattr(self._source, "checkpoint_state"):
-            state.update(self._source.checkpoint_state())
-        # history rows without the wall-clock columns, which differ from run to run
-        keys = [k for k in self.history[0] if not k.startswith("seconds_")]
-        for k in keys:
-            state[f"history_{k}"] = np.array([row[k] for row in self.history])
-        if self.comm is not None:
-            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters(),
-                                 integrator_state=state)
-        return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters(),
-                                  integrator_state=state)
+        """A snapshot plus the exact state that continues the run bit for bit."""
+        return self._run.write_checkpoint(path)
 
-    @classmethod
-    def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,
-               memory_budget: str | int | None = None, scratch: str | Path | None = None) -> Simulation:
-        """Continue from the newest checkpoint in ``out`` (same backend and precision as
-        the original run; ``threads`` defaults to the original run's; ``comm`` as for the
-        constructor: the same number of ranks continues bit for bit, another one correctly).
-        An out-of-core run's checkpoint resumes out of core
-        (:meth:`OutOfCoreSimulation.resume`; ``memory_budget`` and ``scratch`` default to the
-        original run's)."""
-        path = latest_checkpoint(out)
-        if _is_out_of_core_checkpoint(path):
-            from gravpipe.ooc_simulation import OutOfCoreSimulation
+    # ---- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release what the run holds outside this process's arrays (a paged run's scratch
+        file; it cannot step any more). Nothing for a run in memory."""
+        self._run.close()
 
-            if comm is not None:
-                raise ValueError(f"{path}: an out-of-core run resumes in one process (comm must be None)")
-            return OutOfCoreSimulation.resume(out, scratch=scratch, memory_budget=memory_budget, threads=threads)
-        if memory_budget is not None or scratch is not None:
-            raise ValueError(f"{path}: the run in {out} is in core; memory_budget and scratch apply to out-of-core "
-                             "runs only")
-        snap = gio.read_snapshot(path)
-        if snap.integrator_state is None or "run_config" not in snap.parameters:
-            raise ValueError(f"{path}: not a gravpipe checkpoint (no integrator state)")
-        config = RunConfig(**json.loads(snap.parameters["run_config"]))
-        state = {k: v for k, v in snap.integrator_state.items() if not k.startswith("history_")}
-        hist_cols = {k[len("history_"):]: v for k, v in snap.integrator_state.items() if k.startswith("history_")}
-        n_rows = len(next(iter(hist_cols.values()))) if hist_cols else 0
-        history = [{k: v[i].item() for k, v in hist_cols.items()} for i in range(n_rows)]
-        if "outputs" not in json.loads(snap.parameters["run_config"]):
-            config.outputs = _legacy_output_counts(config, path, snap.time)
-        sim = cls.__new__(cls)
-        sim._setup(snap.particles, config.gravity, config.integrator, eps=config.eps, G=config.G,
-                   backend=config.backend, precision=config.precision,
-                   threads=threads if threads is not None else config.threads, integrator_params=config.params,
-                   t0=config.t0, gravity_params={"theta": config.theta}, comm=comm,
-                   restart=(config, state, history))
-        sim._run_dir = Path(out).resolve()
-        return sim
+    def __enter__(self) -> Simulation:
+        return self
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
-def _is_out_of_core_checkpoint(path: Path) -> bool:
-    """Whether a checkpoint file is an out-of-core run's (read from its /Parameters only)."""
-    if not path.is_file():
-        return False  # a multi-file set: an MPI run
-    with gio.open_blocks(path) as snap:
-        raw = snap.parameters.get("run_config")
-    return bool(raw) and bool(json.loads(raw).get("out_of_core"))
-
-
-def _legacy_output_counts(config: RunConfig, checkpoint: Path, time: float) -> dict[str, int]:
-    """Files written before a checkpoint of gravpipe 0.1.0, which numbered them by time."""
-    every = config.evolve.get("snapshot_every")
-    snapshots = round((time - config.t0) / every) if every else 0
-    return {"snapshot": snapshots, "checkpoint": int(checkpoint.stem.split("_")[-1])}
-
-
+    def __repr__(self) -> str:
+        return f"Simulation(n={self.n}, t={self.time:g}, residence={self.residence!r}, {self.backend_detail})"

@@ -155,7 +155,7 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
             progress(f"ratio: out-of-core steps, N = {n}")
         with OutOfCore.from_particles(p, scratch, budget, eps=eps, threads=threads, page_bytes=page) as o:
             cache = o.plan.cache
-            o.forces(next_dt=dt)  # as a run starts (OutOfCoreSimulation)
+            o.forces(next_dt=dt)  # as a run starts (PagedRun)
             first = o.step(dt)
             o.store.reset_stats()
             st = o.step(dt)
