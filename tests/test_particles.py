@@ -123,6 +123,20 @@ def test_non_finite_values_name_field_and_first_index(field, bad):
         Particles(**arrays)
 
 
+@pytest.mark.parametrize("field", ["pos", "vel"])
+@pytest.mark.parametrize("bad", [1e300, -3.2e151, 1.7976931348623157e308])
+def test_values_beyond_the_arithmetic_name_field_index_and_particle(field, bad):
+    """Finite but huge (a flipped exponent byte, garbage): squared in the kernels they
+    overflow, and the run failed far away with "force is not finite ... eps = 0?"."""
+    arrays = dict(zip(("pos", "vel", "mass"), valid(8)))
+    arrays[field][5, 2] = bad
+    arrays[field][7, 0] = bad
+    with pytest.raises(ValueError, match=rf"^{field}: value .* at index 5 \(particle id 105\) exceeds 1e\+150"):
+        Particles(**arrays, id=np.arange(100, 108))
+    arrays[field][5, 2] = arrays[field][7, 0] = 1e149  # within float64's range
+    Particles(**arrays)
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 40), data=st.data())
 def test_first_non_finite_row_is_reported(n, data):

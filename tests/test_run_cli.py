@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 
@@ -157,6 +158,35 @@ def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
     r = gravpipe("run", "-n", "64", "--t-end", "-1", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
+
+
+@pytest.mark.parametrize("value, precision, words", [
+    (1e300, "mixed", "value 1e+300 at index 7 (particle id 7) exceeds 1e+150"),
+    (1e300, "double", "value 1e+300 at index 7 (particle id 7) exceeds 1e+150"),
+    (1e20, "mixed", "value 1e+20 at index 7 exceeds 1e+18"),
+    (1e20, "double", None)])
+@pytest.mark.parametrize("integrator", ["hermite", "leapfrog"])
+def test_an_ic_beyond_the_arithmetics_range_is_one_line_naming_the_particle(capsys, tmp_path, value, precision,
+                                                                            words, integrator):
+    """A coordinate whose square overflows the kernels' arithmetic (float64's, or float32's in
+    mixed precision) is refused when it comes in, not found as a non-finite force blamed on
+    eps = 0 (25 lines of traceback); within range, the run goes."""
+    path = tmp_path / "ic.h5"
+    p = gp.ic.plummer(64, seed=2)
+    pos = np.array(p.pos)
+    pos[7, 1] = value
+    if value < 1e150:
+        io.write_snapshot(path, gp.Particles(pos, p.vel, p.mass), 0.0)
+    else:  # the file's bytes garbled after writing
+        io.write_snapshot(path, p, 0.0)
+        with h5py.File(path, "r+") as f:
+            f["PartType1/Coordinates"][7, 1] = value
+    code, _, err = run_main(capsys, "run", path, "--t-end", "1/64", "--precision", precision,
+                            "--integrator", integrator, "--no-progress")
+    if words is None:
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1 and "pos: " + words in err, err
 
 
 @pytest.mark.parametrize("args", [["run", "-n", "0"], ["run", "--t-end", "soon"], ["run", "--integrator", "euler"],

@@ -41,6 +41,32 @@ def check_finite(name: str, arr: np.ndarray) -> None:
         raise ValueError(f"{name}: non-finite value {float(arr[tuple(bad)])!r} at index {row}")
 
 
+#: The largest |coordinate| and |velocity| the force arithmetic carries, by precision. The
+#: kernels square and sum differences of coordinates (up to twice the largest apart): in
+#: float64 (largest value 1.8e308) 3 (2e150)^2 fits; in mixed precision the inner
+#: arithmetic is float32 (3.4e38), where 3 (2e18)^2 = 1.2e37 still fits, as do Hermite's
+#: products of velocity and coordinate differences. Beyond it a square overflows to inf and
+#: a force becomes inf * 0 = NaN, far from where the value came in.
+MAX_MAGNITUDE = {"double": 1e150, "mixed": 1e18}
+
+
+def check_magnitude(name: str, arr: np.ndarray, precision: str = "double", ids: np.ndarray | None = None) -> None:
+    """Raise ``ValueError`` naming the first row of ``arr`` (and its particle id when ``ids``
+    are given) with an entry beyond ``MAX_MAGNITUDE[precision]`` in absolute value.
+    ``arr`` must be finite (``as_float_array``)."""
+    limit = MAX_MAGNITUDE[precision]
+    big = np.abs(arr) > limit
+    if big.any():
+        bad = np.argwhere(big)[0]
+        row = int(bad[0])
+        which = f"index {row}" + (f" (particle id {int(ids[row])})" if ids is not None else "")
+        where = ("float32 in mixed precision; precision 'double' carries up to "
+                 f"{MAX_MAGNITUDE['double']:.0e}" if precision == "mixed" else "float64")
+        raise ValueError(f"{name}: value {float(arr[tuple(bad)]):.6g} at {which} exceeds {limit:.0e} in absolute "
+                         f"value, the largest the force arithmetic carries (squares of differences in {where}); "
+                         "rescale the units")
+
+
 def as_index_array(name: str, value: ArrayLike, length: int) -> np.ndarray:
     """Return ``value`` as a C-contiguous int64 array of shape (length,)."""
     arr = np.asarray(value)
@@ -79,6 +105,7 @@ def check_sources(pos: ArrayLike, mass: ArrayLike, what: str) -> tuple[np.ndarra
     pos_a = as_float_array("pos", pos, (None, 3))
     mass_a = as_float_array("mass", mass, (None,))
     check_same_length(pos=pos_a, mass=mass_a)
+    check_magnitude("pos", pos_a)
     if len(mass_a) == 0:
         raise ValueError(f"pos: empty {what}")
     negative = np.flatnonzero(mass_a < 0)

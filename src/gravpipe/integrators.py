@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gravpipe import _core
-from gravpipe._validate import check_positive_scalar
+from gravpipe._validate import check_magnitude, check_positive_scalar
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,24 @@ class IntegratorSpec:
     needs_jerk: bool   # whether its force provider must deliver jerks
 
 
+def _check_range(pipe, pos, vel) -> None:
+    """The state an integrator starts from against the range of its force provider's
+    arithmetic (float32 in mixed precision: |x|, |v| <= 1e18, ``_validate.MAX_MAGNITUDE``):
+    ValueError naming the particle's index, before the first forces turn an overflow into
+    a NaN far from its cause. A provider that does not say its precision is held to float64's."""
+    precision = getattr(pipe, "precision", "double")
+    check_magnitude("pos", pos, precision)
+    check_magnitude("vel", vel, precision)
+
+
 def _build_hermite(pipe, pos, vel, mass, t0, params, restart):
+    _check_range(pipe, pos, vel)
     f64, i64 = _split_restart(restart)
     return _core.Hermite(pipe, pos, vel, mass, t0, params["eta"], params["eta_s"], params["dt_max"], f64, i64)
 
 
 def _build_leapfrog(pipe, pos, vel, mass, t0, params, restart):
+    _check_range(pipe, pos, vel)
     f64, i64 = _split_restart(restart)
     return _core.Leapfrog(pipe, pos, vel, mass, t0, params["dt"], f64, i64)
 

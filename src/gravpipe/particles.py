@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from gravpipe._validate import as_float_array, check_same_length
+from gravpipe._validate import as_float_array, check_magnitude, check_same_length
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,8 +26,9 @@ class Particles:
         Unique particle identifiers; default ``0 .. N-1``.
 
     Construction raises ``ValueError`` naming the field and the first offending index for
-    NaN/inf, wrong shapes, mismatched lengths, negative masses, zero total mass, duplicate
-    ids and N = 0. The arrays are copies of the input, stored read-only (use
+    NaN/inf, coordinates or velocities beyond 1e150 in absolute value (float64's squares
+    overflow beyond; ``_validate.MAX_MAGNITUDE``), wrong shapes, mismatched lengths,
+    negative masses, zero total mass, duplicate ids and N = 0. The arrays are copies of the input, stored read-only (use
     ``np.array(p.pos)`` for a writable array); ``copy()`` gives an independent Particles.
     """
 
@@ -51,6 +52,8 @@ class Particles:
         if not mass_a.sum() > 0:
             raise ValueError("mass: total mass is zero")
         id_a = _validated_ids(id, n)
+        check_magnitude("pos", pos_a, ids=id_a)
+        check_magnitude("vel", vel_a, ids=id_a)
         for name, arr in (("pos", pos_a), ("vel", vel_a), ("mass", mass_a), ("id", id_a)):
             arr = arr.copy()  # never alias (and then freeze) the caller's array
             arr.flags.writeable = False
