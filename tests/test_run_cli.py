@@ -160,6 +160,52 @@ def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
 
 
+def _garble_integrator(path, how: str) -> None:
+    """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
+    with h5py.File(path, "r+") as f:
+        g = f["Integrator"]
+        if how == "unknown attribute":
+            g.attrs["bogus"] = 1.5
+        elif how == "nan":
+            for ds in g.values():
+                if ds.dtype.kind == "f":
+                    ds[...] = np.nan
+        elif how == "missing":
+            del g["jerk"]
+        elif how == "short":
+            del g["pot"]
+            g["pot"] = np.zeros(7)
+        elif how == "float ticks":
+            ticks = g["t_ticks"][...]
+            del g["t_ticks"]
+            g["t_ticks"] = ticks.astype(np.float64)
+        elif how == "attribute for a dataset":
+            del g["now_ticks"]
+            g.attrs["now_ticks"] = 3
+
+
+@pytest.mark.parametrize("how, words", [
+    ("unknown attribute", None),  # not the integrator's: left alone, the run goes on
+    ("nan", "/Integrator/acc: non-finite value nan at index 0"),
+    ("missing", "/Integrator/jerk: missing (a hermite checkpoint holds t_ticks"),
+    ("short", "/Integrator/pot: shape (7,), expected (128,)"),
+    ("float ticks", "/Integrator/t_ticks: dtype float64, expected integers"),
+    ("attribute for a dataset", "/Integrator/now_ticks: an attribute (int 3), expected a dataset")])
+def test_resume_from_a_garbled_checkpoint_names_file_field_and_fault(capsys, ic_file, tmp_path, how, words):
+    """A checkpoint is an input: an unknown attribute ended in AttributeError ('float' object
+    has no attribute 'dtype'), NaN in "cannot convert float NaN to integer" naming neither
+    file nor field."""
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/8", "--out", out, "--threads", "1")[0] == 0
+    _garble_integrator(out / "checkpoint_0001.h5", how)
+    code, _, err = run_main(capsys, "run", "--resume", out, "--t-end", "1/4")
+    if words is None:
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out / 'checkpoint_0001.h5'}: {words}" in err, err
+
+
 @pytest.mark.parametrize("value, precision, words", [
     (1e300, "mixed", "value 1e+300 at index 7 (particle id 7) exceeds 1e+150"),
     (1e300, "double", "value 1e+300 at index 7 (particle id 7) exceeds 1e+150"),

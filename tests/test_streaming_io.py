@@ -157,6 +157,27 @@ def test_a_full_disk_while_writing_is_an_error_naming_the_file_not_a_crash(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_checkpoints_non_finite_state_is_refused_naming_file_and_field(tmp_path):
+    """No integrator stores NaN or inf: read back, one became a time of NaN or "cannot convert
+    float NaN to integer" far from the file (out-of-core resume)."""
+    path = tmp_path / "checkpoint.h5"
+    p = ic.plummer(100, seed=1)
+    with io.streamed_snapshot(path, p.n, 0.0, integrator_state={"grid_origin": 0.0, "steps": 3},
+                              per_particle_state={"acc": (3, "f8")}) as out:
+        out.write(p, state={"acc": p.pos})
+    with h5py.File(path, "r+") as f:
+        f["Integrator/acc"][40] = np.inf
+        f["Integrator"].attrs["grid_origin"] = np.nan
+    with io.open_blocks(path) as reader:
+        with pytest.raises(io.SnapshotError, match=r"checkpoint.h5: /Integrator/grid_origin: non-finite value nan"):
+            reader.integrator_scalars
+        assert reader.state_rows("acc", 0, 10).shape == (10, 3)
+        with pytest.raises(io.SnapshotError, match=r"/Integrator/acc, entries 30..59: non-finite value inf at index 10"):
+            reader.state_rows("acc", 10, 20)
+    with pytest.raises(io.SnapshotError, match=r"checkpoint.h5: /Integrator/(acc|grid_origin): non-finite"):
+        io.read_snapshot(path)
+
+
 def test_reading_blocks_checks_the_datasets(tmp_path):
     path = tmp_path / "bad.h5"
     io.write_snapshot(path, ic.plummer(100, seed=1), 0.0)

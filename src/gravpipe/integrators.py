@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gravpipe import _core
-from gravpipe._validate import check_magnitude, check_positive_scalar
+from gravpipe._validate import check_finite, check_magnitude, check_positive_scalar
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ class IntegratorSpec:
     build: Callable[..., Any]
     description: str
     needs_jerk: bool   # whether its force provider must deliver jerks
+    #: what a checkpoint's /Integrator holds for it: name -> (dtype kind "f" or "i", entries
+    #: per particle, 0: one entry, whether an older checkpoint may lack it); the core's
+    #: checkpoint() writes these and its restart reads them
+    state: dict[str, tuple[str, int, bool]]
 
 
 def _check_range(pipe, pos, vel) -> None:
@@ -40,22 +44,54 @@ def _check_range(pipe, pos, vel) -> None:
 
 def _build_hermite(pipe, pos, vel, mass, t0, params, restart):
     _check_range(pipe, pos, vel)
-    f64, i64 = _split_restart(restart)
+    f64, i64 = _split_restart(INTEGRATORS["hermite"], restart, len(mass))
     return _core.Hermite(pipe, pos, vel, mass, t0, params["eta"], params["eta_s"], params["dt_max"], f64, i64)
 
 
 def _build_leapfrog(pipe, pos, vel, mass, t0, params, restart):
     _check_range(pipe, pos, vel)
-    f64, i64 = _split_restart(restart)
+    f64, i64 = _split_restart(INTEGRATORS["leapfrog"], restart, len(mass))
     return _core.Leapfrog(pipe, pos, vel, mass, t0, params["dt"], f64, i64)
 
 
-def _split_restart(restart: dict[str, np.ndarray] | None):
+def _split_restart(spec: IntegratorSpec, restart: dict[str, Any] | None, n: int):
     if restart is None:
         return None, None
-    f64 = {k: np.ascontiguousarray(v, np.float64) for k, v in restart.items() if v.dtype.kind == "f"}
-    i64 = {k: np.ascontiguousarray(v, np.int64) for k, v in restart.items() if v.dtype.kind in "iu"}
+    check_restart(spec.name, restart, n)
+    arrays = {k: v for k, v in restart.items() if isinstance(v, np.ndarray)}  # others are not the core's
+    f64 = {k: np.ascontiguousarray(v, np.float64) for k, v in arrays.items() if v.dtype.kind == "f"}
+    i64 = {k: np.ascontiguousarray(v, np.int64) for k, v in arrays.items() if v.dtype.kind in "iu"}
     return f64, i64
+
+
+def check_restart(name: str, state: dict[str, Any], n: int, where: str = "/Integrator") -> None:
+    """Check a checkpoint's integrator state for the ``name`` integrator of ``n`` particles
+    against what it reads (``IntegratorSpec.state``): each field present (but those older
+    checkpoints lack), an array of its dtype kind and length, floats finite. Raises
+    ValueError "WHERE/FIELD: what is wrong" (``where``: "ckpt.h5: /Integrator" names the
+    file). Entries it does not read (the history, a domain's costs, ...) are not its to check."""
+    spec = INTEGRATORS.get(name)
+    if spec is None:
+        raise ValueError(f"{where}: the state of integrator {name!r}, which this gravpipe does not have "
+                         f"({', '.join(INTEGRATORS)})")
+    for field, (kind, per_particle, optional) in spec.state.items():
+        what = f"{where}/{field}"
+        if field not in state:
+            if optional:
+                continue
+            raise ValueError(f"{what}: missing (a {name} checkpoint holds {', '.join(spec.state)})")
+        value = state[field]
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"{what}: an attribute ({type(value).__name__} {value!r}), expected a dataset")
+        words = {"f": "floats", "i": "integers"}[kind]
+        if value.dtype.kind not in ("f" if kind == "f" else "iu"):
+            raise ValueError(f"{what}: dtype {value.dtype}, expected {words}")
+        length = per_particle * n if per_particle else 1
+        if value.shape != (length,):
+            expect = f"{per_particle} x {n} particles" if per_particle else "one entry"
+            raise ValueError(f"{what}: shape {value.shape}, expected ({length},) ({expect})")
+        if kind == "f":
+            check_finite(what, value)
 
 
 # defaults: the core's parameter structs (HermiteParams, LeapfrogParams), never restated here
@@ -65,10 +101,15 @@ INTEGRATORS: dict[str, IntegratorSpec] = {
     "hermite": IntegratorSpec(
         "hermite", dict(_DEFAULTS["hermite"]), "dt_max", _build_hermite,
         "4th-order Hermite, block individual time steps (Makino & Aarseth 1992); a smaller eta_s "
-        "(e.g. 0.0025) removes most of the start-up energy error of short runs", needs_jerk=True),
+        "(e.g. 0.0025) removes most of the start-up energy error of short runs", needs_jerk=True,
+        state={"t_ticks": ("i", 1, False), "dt_ticks": ("i", 1, False), "now_ticks": ("i", 0, False),
+               "timeline_t0": ("f", 0, True), "acc": ("f", 3, False), "jerk": ("f", 3, False),
+               "pot": ("f", 1, False)}),
     "leapfrog": IntegratorSpec(
         "leapfrog", dict(_DEFAULTS["leapfrog"]), "dt", _build_leapfrog,
-        "kick-drift-kick leapfrog, shared time step", needs_jerk=False),
+        "kick-drift-kick leapfrog, shared time step", needs_jerk=False,
+        state={"acc": ("f", 3, False), "pot": ("f", 1, False), "steps": ("i", 0, False),
+               "grid_origin": ("f", 0, True)}),
 }
 
 

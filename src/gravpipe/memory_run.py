@@ -309,6 +309,7 @@ class MemoryRun(RunLoop):
             raise ValueError(f"{path}: not a gravpipe checkpoint (no integrator state)")
         config = RunConfig(**json.loads(snap.parameters["run_config"]))
         state = {k: v for k, v in snap.integrator_state.items() if not k.startswith("history_")}
+        integrators.check_restart(config.integrator, state, snap.particles.n, f"{path}: /Integrator")
         hist_cols = {k[len("history_"):]: v for k, v in snap.integrator_state.items() if k.startswith("history_")}
         n_rows = len(next(iter(hist_cols.values()))) if hist_cols else 0
         history = [{k: v[i].item() for k, v in hist_cols.items()} for i in range(n_rows)]

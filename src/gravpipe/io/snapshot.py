@@ -653,7 +653,23 @@ def _read_integrator(f: h5py.File, path: Path) -> dict[str, Any] | None:
         if key in state:
             raise SnapshotError(f"{path}: /{INTEGRATOR_GROUP}/{key} is both a dataset and an attribute")
         state[key] = obj[...]  # exact dtype and shape, 0-d included
+    for key, value in state.items():
+        check_state_finite(f"{path}: /{INTEGRATOR_GROUP}/{key}", value)
     return state
+
+
+def check_state_finite(where: str, value: Any) -> None:
+    """SnapshotError "WHERE: non-finite value nan at index i" for a float entry of an
+    integrator's state (an array or a scalar) that is NaN or inf: no integrator stores one,
+    and one read back would turn into a time of NaN or a failed integer conversion far from
+    the file."""
+    arr = np.asarray(value)
+    if arr.dtype.kind != "f":
+        return
+    bad = np.flatnonzero(~np.isfinite(arr.reshape(-1)))
+    if bad.size:
+        i = int(bad[0])
+        raise SnapshotError(f"{where}: non-finite value {float(arr.reshape(-1)[i])!r} at index {i}")
 
 
 # --------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from gravpipe.io.snapshot import (
     _write_attrs,
     _write_header,
     _write_integrator,
+    check_state_finite,
     new_h5_file,
 )
 from gravpipe.particles import Particles
@@ -227,6 +228,8 @@ class BlockReader:
             return None
         out = _attrs_to_dict(g.attrs)
         out.update({k: ds[...] for k, ds in g.items() if isinstance(ds, h5py.Dataset) and PER_PARTICLE not in ds.attrs})
+        for key, value in out.items():
+            check_state_finite(f"{self.path}: /{INTEGRATOR_GROUP}/{key}", value)
         return out
 
     def state_rows(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -243,6 +246,7 @@ class BlockReader:
         if not (0 <= start <= stop <= self.n):
             raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
         rows = ds[start * width:stop * width]
+        check_state_finite(f"{where}, entries {start * width}..{stop * width - 1}", rows)
         return rows.reshape(-1, width) if width > 1 else rows
 
     def blocks(self, rows: int) -> Iterator[Particles]:
