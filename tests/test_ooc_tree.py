@@ -823,7 +823,7 @@ def test_tree_api_out_of_core_equals_in_core(tmp_path):
         t.forces(p.pos[:10])
     t.close()
     assert os.listdir(tmp_path) == []
-    with pytest.raises(ValueError, match="give both"):
+    with pytest.raises(ValueError, match="go together"):
         gp.Tree(p.pos, p.mass, memory_budget="48MiB")
 
 

@@ -28,6 +28,8 @@ from types import TracebackType
 from typing import Any
 
 from gravpipe import diagnostics, residence
+from gravpipe.memory_run import MemoryRun
+from gravpipe.ooc_simulation import PagedRun
 from gravpipe.particles import Particles
 
 # RunConfig, Timings, run_files and latest_checkpoint are public here too (users and the CLI
@@ -39,6 +41,17 @@ from gravpipe.run_loop import (  # noqa: F401
     latest_checkpoint,
     run_files,
 )
+
+
+#: the run of each residence (:data:`gravpipe.residence.RESIDENCES`), each with the
+#: constructors ``(particles, **kw)``, ``from_model(model, n, seed, **kw)``,
+#: ``from_snapshot(path, **kw)`` and ``resume(checkpoint, out, threads, **kw)``
+RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "pages": PagedRun}
+assert set(RUNS) == set(residence.RESIDENCES), "every residence needs its run"
+
+
+def _options(memory_budget: Any, scratch: Any, page_bytes: Any = None) -> dict[str, Any]:
+    return {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
 
 
 class Simulation:
@@ -79,9 +92,10 @@ class Simulation:
     def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
                  memory_budget: str | int | None = None, scratch: str | Path | None = None,
                  page_bytes: str | int | None = None, **kwargs: Any):
-        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
-        self._run = residence.resolve(options).start(particles, options, gravity=gravity, integrator=integrator,
-                                                     **kwargs)
+        options = _options(memory_budget, scratch, page_bytes)
+        home = residence.resolve(options)
+        self._run = RUNS[home.name](particles, **home.run_kwargs(options, dict(kwargs, gravity=gravity,
+                                                                                integrator=integrator)))
 
     @classmethod
     def _of(cls, run: RunLoop) -> Simulation:
@@ -96,9 +110,10 @@ class Simulation:
         """A run of a generated model (plummer, uniform-sphere, uniform-cube; ``gravpipe.ic``):
         in memory the whole model, in pages drawn block by block (plummer and uniform-cube).
         Other parameters as for the constructor."""
-        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
-        return cls._of(residence.resolve(options).from_model(model, n, seed, options, gravity=gravity,
-                                                             integrator=integrator, **kwargs))
+        options = _options(memory_budget, scratch, page_bytes)
+        home = residence.resolve(options)
+        kw = home.run_kwargs(options, dict(kwargs, gravity=gravity, integrator=integrator))
+        return cls._of(RUNS[home.name].from_model(model, n, seed, **kw))
 
     @classmethod
     def from_snapshot(cls, path: str | Path, gravity: str = "direct", integrator: str | None = None, *,
@@ -106,9 +121,10 @@ class Simulation:
                       page_bytes: str | int | None = None, **kwargs: Any) -> Simulation:
         """A run of a snapshot's particles (``t0`` defaults to the file's time): read whole in
         memory, block by block into pages. Other parameters as for the constructor."""
-        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
-        return cls._of(residence.resolve(options).from_snapshot(path, options, gravity=gravity,
-                                                                integrator=integrator, **kwargs))
+        options = _options(memory_budget, scratch, page_bytes)
+        home = residence.resolve(options)
+        kw = home.run_kwargs(options, dict(kwargs, gravity=gravity, integrator=integrator))
+        return cls._of(RUNS[home.name].from_snapshot(path, **kw))
 
     @classmethod
     def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,
@@ -120,14 +136,14 @@ class Simulation:
         ``scratch`` defaulting to the original run's (any budget continues bit for bit)."""
         checkpoint = latest_checkpoint(out)
         home = residence.of_checkpoint(checkpoint)
-        options = {"memory_budget": memory_budget, "scratch": scratch}
-        return cls._of(home.resume(checkpoint, out, threads, comm, options))
+        kw = home.resume_kwargs(checkpoint, out, comm, _options(memory_budget, scratch))
+        return cls._of(RUNS[home.name].resume(checkpoint, out, threads, **kw))
 
     # ---- the run's state and records ------------------------------------------------------
     @property
     def residence(self) -> str:
         """Where the particles live: "memory" or "pages" (:data:`gravpipe.residence.RESIDENCES`)."""
-        return next(name for name, r in residence.RESIDENCES.items() if isinstance(self._run, r.run_class))
+        return next(name for name, run in RUNS.items() if isinstance(self._run, run))
 
     @property
     def time(self) -> float:

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from gravpipe import _core
+from gravpipe import _core, residence
 from gravpipe.backends import resolve_backend, resolve_isa
 from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_sources
 from gravpipe.pipeline import PipelineStats
@@ -99,11 +99,12 @@ class Tree:
         (float64 throughout, the direct pipeline's double mode).
     isa : CPU instruction set of the list kernels, as for a Pipeline ("auto":
         GRAVPIPE_ISA if set, else the best this CPU has); ``.isa`` says which runs.
-    memory_budget, scratch : out of core (both together): the particles go to the pages of a
-        scratch file in ``scratch`` and the tree reads them through a page cache, everything
-        that grows with N within ``memory_budget`` ("4GiB"; gravpipe.ooc). The forces are the
-        in-core ones bit for bit; ``forces(pos_i)`` and ``alpha`` are not available there.
-        ``close()`` (or collection) removes the scratch file.
+    memory_budget, scratch, page_bytes : the residence "pages" (:mod:`gravpipe.residence`):
+        the particles go to the pages of a scratch file in ``scratch`` and the tree reads them
+        through a page cache, everything that grows with N within ``memory_budget`` ("4GiB";
+        gravpipe.ooc). The forces are the in-memory ones bit for bit; ``forces(pos_i)``,
+        ``alpha``, ``frame`` and backend "cuda" are not available there. ``close()`` (or
+        collection) removes the scratch file.
     frame : (lower corner (3,), grid cells per unit length): the cube the particles are
         keyed in, which decides the octree's cells (not the accuracy: cells are measured by
         their particles). Default: their bounding cube. ``TreeGravity.frame`` gives a run
@@ -120,7 +121,8 @@ class Tree:
                  n_crit: int = DEFAULT_N_CRIT, alpha: float | None = None, threads: int | None = None,
                  precision: str = "mixed", local_expansion: bool = True, isa: str = "auto",
                  memory_budget: str | int | None = None, scratch: str | None = None,
-                 frame: tuple[Sequence[float], float] | None = None, backend: str = "auto"):
+                 page_bytes: str | int | None = None, frame: tuple[Sequence[float], float] | None = None,
+                 backend: str = "auto"):
         pos_a, mass_a = check_sources(pos, mass, "particle set")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
@@ -133,56 +135,31 @@ class Tree:
         if not isinstance(local_expansion, (bool, np.bool_)):
             raise ValueError(f"local_expansion: expected True or False, got {local_expansion!r}")
         self.local_expansion = bool(local_expansion)
-        self._ooc = None
-        if (memory_budget is not None or scratch is not None) and backend == "cuda":
-            raise ValueError("backend='cuda': the out-of-core tree (memory_budget/scratch) evaluates its lists on "
-                             "the CPU only; use backend='cpu' or the in-core tree")
+        options = {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
+        home = residence.resolve(options)
+        kw = home.run_kwargs(options, {"gravity": "tree", "backend": backend})
         self.backend = tree_backend(backend, self.precision)
-        if memory_budget is not None or scratch is not None:
-            if frame is not None:
-                raise ValueError("frame: out of core the tree keeps the store's curve order (leave frame out)")
-            self._ooc = self._out_of_core(pos_a, mass_a, memory_budget, scratch, a, nthreads, isa)
-            return
-        if frame is not None:
-            frame = ([float(x) for x in frame[0]], float(frame[1]))
-        self._impl = _core.Tree(pos_a, mass_a, eps, G, theta, bool(quadrupole), quad_tol, n_leaf, n_crit, a,
-                                nthreads, precision, self.local_expansion, resolve_isa(isa), frame,
-                                self.backend)
-
-    def _out_of_core(self, pos, mass, memory_budget, scratch, alpha: float, threads: int, isa: str):
-        from gravpipe.ooc import OutOfCore
-        from gravpipe.particles import Particles
-        if memory_budget is None or scratch is None:
-            raise ValueError("memory_budget and scratch: give both for an out-of-core tree (or neither)")
-        if alpha:
-            raise ValueError("alpha: the relative opening criterion is not available out of core")
-        n = len(mass)
-        blocks = (Particles(pos[b:b + (1 << 18)], np.zeros((min(n - b, 1 << 18), 3)), mass[b:b + (1 << 18)],
-                            np.arange(b, min(n, b + (1 << 18)))) for b in range(0, n, 1 << 18))
-        return OutOfCore.from_blocks(blocks, n, scratch, memory_budget, eps=self.eps, G=self.G, theta=self.theta,
-                                     quadrupole=self.quadrupole, quad_tol=self.quad_tol, n_leaf=self.n_leaf,
-                                     n_crit=self.n_crit, threads=threads or None, precision=self.precision,
-                                     local_expansion=self.local_expansion, isa=isa)
+        self._impl = _TREES[home.name](self, pos_a, mass_a, a, nthreads, resolve_isa(isa), frame, **kw)
 
     def close(self) -> None:
-        """Out of core: remove the scratch file (in core: nothing to do)."""
-        if self._ooc is not None:
-            self._ooc.close()
+        """Release what the tree holds outside this process's arrays (a paged tree's scratch
+        file); nothing for a tree in memory."""
+        self._impl.close()
 
     @property
     def out_of_core(self):
-        """The :class:`gravpipe.ooc.OutOfCore` behind an out-of-core tree (its store's
-        counters: ``.stats``), or None."""
-        return self._ooc
+        """The :class:`gravpipe.ooc.OutOfCore` behind a paged tree (its store's counters:
+        ``.stats``), or None."""
+        return getattr(self._impl, "store", None)
 
     @property
     def n(self) -> int:
-        return self._ooc.n if self._ooc is not None else self._impl.n
+        return self._impl.n
 
     @property
     def isa(self) -> str:
         """CPU instruction set of the list kernels ("avx512", "avx2" or "generic")."""
-        return self._ooc.params["isa"] if self._ooc is not None else self._impl.isa
+        return self._impl.isa
 
     def __repr__(self) -> str:
         return (f"Tree(n={self.n}, eps={self.eps}, G={self.G}, theta={self.theta}, quadrupole={self.quadrupole}, "
@@ -199,19 +176,10 @@ class Tree:
         Raises ``ValueError`` for bad input and for a non-finite result (a point on a
         particle with eps = 0).
         """
-        if self._ooc is not None and pos_i is not None:
-            raise ValueError("pos_i: an out-of-core tree gives self-gravity only (forces())")
-        if pos_i is None and self._ooc is not None:
+        if pos_i is None:
             if exclude is not None:
                 raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
-            self._ooc.forces()
-            acc, pot = self._ooc.gather("acc"), self._ooc.gather("pot")
-        elif pos_i is None:
-            if exclude is not None:
-                raise ValueError("exclude: only with pos_i (self-gravity already excludes self)")
-            acc = np.empty((self.n, 3))
-            pot = np.empty(self.n)
-            self._impl.self_forces(acc, pot)
+            acc, pot = self._impl.self_forces()
         else:
             pos_a = as_float_array("pos_i", pos_i, (None, 3))
             if len(pos_a) == 0:
@@ -223,9 +191,7 @@ class Tree:
                 if bad.size:
                     k = int(bad[0])
                     raise ValueError(f"exclude: index {ex[k]} at position {k} is outside [-1, {self.n})")
-            acc = np.empty((len(pos_a), 3))
-            pot = np.empty(len(pos_a))
-            self._impl.forces_at(pos_a, ex, acc, pot)
+            acc, pot = self._impl.forces_at(pos_a, ex)
         if not (np.isfinite(acc).all() and np.isfinite(pot).all()):
             row = int(np.argwhere(~np.isfinite(acc).all(axis=1) | ~np.isfinite(pot))[0][0])
             raise ValueError(f"forces: non-finite result for i-particle {row}: it coincides with a "
@@ -235,12 +201,82 @@ class Tree:
     @property
     def stats(self) -> TreeStats:
         """Counters and timers of the last evaluation (and of the build)."""
-        if self._ooc is not None:
-            if self._ooc.tree_stats is None:
-                raise ValueError("stats: an out-of-core tree is built by its first forces()")
-            return self._ooc.tree_stats
-        return TreeStats(**self._impl.stats())
+        return self._impl.stats()
 
+
+class _MemoryTree:
+    """A Tree's particles and cells in this process's memory (``_core.Tree``)."""
+
+    def __init__(self, tree: Tree, pos: np.ndarray, mass: np.ndarray, alpha: float, threads: int, isa: str,
+                 frame: tuple[Sequence[float], float] | None, **_: object):
+        if frame is not None:
+            frame = ([float(x) for x in frame[0]], float(frame[1]))
+        t = tree
+        self._core = _core.Tree(pos, mass, t.eps, t.G, t.theta, t.quadrupole, t.quad_tol, t.n_leaf, t.n_crit,
+                                alpha, threads, t.precision, t.local_expansion, isa, frame, t.backend)
+        self.n, self.isa = self._core.n, self._core.isa
+
+    def self_forces(self) -> tuple[np.ndarray, np.ndarray]:
+        acc, pot = np.empty((self.n, 3)), np.empty(self.n)
+        self._core.self_forces(acc, pot)
+        return acc, pot
+
+    def forces_at(self, pos: np.ndarray, exclude: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        acc, pot = np.empty((len(pos), 3)), np.empty(len(pos))
+        self._core.forces_at(pos, exclude, acc, pot)
+        return acc, pot
+
+    def stats(self) -> TreeStats:
+        return TreeStats(**self._core.stats())
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _PagedTree:
+    """A Tree's particles and cells in the pages of a scratch file (:class:`gravpipe.ooc.OutOfCore`):
+    self-gravity only, in the caller's order, gathered into memory."""
+
+    #: particles per block copied into the pages
+    BLOCK = 1 << 18
+
+    def __init__(self, tree: Tree, pos: np.ndarray, mass: np.ndarray, alpha: float, threads: int, isa: str,
+                 frame: tuple[Sequence[float], float] | None, *, memory_budget: str | int, scratch: str,
+                 page_bytes: str | int | None = None):
+        from gravpipe.ooc import OutOfCore
+        from gravpipe.particles import Particles
+        if alpha:
+            raise ValueError("alpha: the relative opening criterion is not available out of core")
+        if frame is not None:
+            raise ValueError("frame: out of core the tree keeps the store's curve order (leave frame out)")
+        n, b = len(mass), self.BLOCK
+        blocks = (Particles(pos[s:s + b], np.zeros((min(n - s, b), 3)), mass[s:s + b], np.arange(s, min(n, s + b)))
+                  for s in range(0, n, b))
+        t = tree
+        self.store = OutOfCore.from_blocks(blocks, n, scratch, memory_budget, eps=t.eps, G=t.G, theta=t.theta,
+                                           quadrupole=t.quadrupole, quad_tol=t.quad_tol, n_leaf=t.n_leaf,
+                                           n_crit=t.n_crit, threads=threads or None, precision=t.precision,
+                                           local_expansion=t.local_expansion, isa=isa, page_bytes=page_bytes)
+        self.n, self.isa = n, self.store.params["isa"]
+
+    def self_forces(self) -> tuple[np.ndarray, np.ndarray]:
+        self.store.forces()
+        return self.store.gather("acc"), self.store.gather("pot")
+
+    def forces_at(self, pos: np.ndarray, exclude: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        raise ValueError("pos_i: an out-of-core tree gives self-gravity only (forces())")
+
+    def stats(self) -> TreeStats:
+        if self.store.tree_stats is None:
+            raise ValueError("stats: an out-of-core tree is built by its first forces()")
+        return self.store.tree_stats
+
+    def close(self) -> None:
+        self.store.close()
+
+
+#: the tree of each residence (:data:`gravpipe.residence.RESIDENCES`)
+_TREES: dict[str, type] = {"memory": _MemoryTree, "pages": _PagedTree}
 
 
 class TreeGravity:
