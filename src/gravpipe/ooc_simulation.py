@@ -37,7 +37,6 @@ import time as _time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -371,13 +370,6 @@ class PagedRun(RunLoop):
     def close(self) -> None:
         """Remove the scratch file (the run cannot step any more)."""
         self._run.close()
-
-    def __enter__(self) -> PagedRun:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PagedRun(n={self.n}, t={self.time:g}, {self._run!r})"
