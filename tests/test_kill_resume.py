@@ -28,7 +28,7 @@ N_CHECKPOINTS = 42
 # the energy columns, and the step counts that a resumed run carries on from its checkpoint
 COMPARED_COLUMNS = ("time", "kinetic", "potential", "total", "energy_error", "steps", "particle_steps")
 # what may be in a run directory: final names, or a writer's temporary file left by a kill
-FINAL_NAME = re.compile(r"^(snapshot|checkpoint)_\d{4}\.h5$|^diagnostics\.csv$")
+FINAL_NAME = re.compile(r"^(snapshot|checkpoint)_\d{4}\.h5$|^diagnostics\.csv$|^manifest\.json$")
 TEMP_NAME = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
 
 

@@ -100,7 +100,7 @@ def test_cli_run_under_mpiexec_prints_once(tmp_path):
     assert "comm" in r.stdout
     # snapshots and checkpoints of a run over 2 ranks: multi-file sets of 2 files
     assert sorted(f.name for f in (tmp_path / "run").iterdir()) == [
-        "checkpoint_0001", "diagnostics.csv", "snapshot_0001"]
+        "checkpoint_0001", "diagnostics.csv", "manifest.json", "snapshot_0001"]
     assert sorted(f.name for f in (tmp_path / "run" / "snapshot_0001").iterdir()) == [
         "snapshot_0001.0.hdf5", "snapshot_0001.1.hdf5"]
 

@@ -92,7 +92,7 @@ def test_resume_across_off_grid_stops_is_bit_identical(tmp_path, integrator):
     names = sorted(f.name for f in whole.iterdir())
     # snapshots at 0.3 0.6 0.9 1.2 and t_end; checkpoints at 0.5 1.0 and t_end
     assert names == ["checkpoint_0001.h5", "checkpoint_0002.h5", "checkpoint_0003.h5", "diagnostics.csv",
-                     *(f"snapshot_000{k}.h5" for k in range(1, 6))]
+                     "manifest.json", *(f"snapshot_000{k}.h5" for k in range(1, 6))]
     times = [io.read_snapshot(whole / f"snapshot_000{k}.h5").time for k in range(1, 6)]
     assert times == pytest.approx([0.3, 0.6, 0.9, 1.2, 1.3], abs=1e-12)
     assert io.read_snapshot(whole / "checkpoint_0003.h5").time == 1.3
@@ -146,7 +146,7 @@ def test_a_run_directory_is_not_mixed_with_another_run(tmp_path):
     (out / "notes.txt").write_text("mine")
     Simulation(p, eps=1 / 32).evolve(0.25, checkpoint_every=0.125, out=out, progress=False, overwrite=True)
     assert sorted(f.name for f in out.iterdir()) == ["checkpoint_0001.h5", "checkpoint_0002.h5",
-                                                     "diagnostics.csv", "notes.txt"]
+                                                     "diagnostics.csv", "manifest.json", "notes.txt"]
     with pytest.raises(ValueError, match="not a run directory"):
         Simulation(p, eps=1 / 32).evolve(0.25, out=out / "notes.txt", progress=False)
 

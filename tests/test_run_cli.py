@@ -61,7 +61,7 @@ def test_run_with_out_writes_snapshots_checkpoint_and_diagnostics(capsys, ic_fil
     assert code == 0
     assert str(out) in stdout and "snapshot_0002.h5" in stdout
     assert sorted(p.name for p in out.iterdir()) == [
-        "checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5", "snapshot_0002.h5"]
+        "checkpoint_0001.h5", "diagnostics.csv", "manifest.json", "snapshot_0001.h5", "snapshot_0002.h5"]
     snap = io.read_snapshot(out / "snapshot_0002.h5")
     assert snap.time == 0.5 and snap.parameters["integrator"] == "hermite"
     # without --checkpoint-every: one checkpoint at t_end, so the run can be extended

@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_parser(sub)
     _add_config_parser(sub)
+    from gravpipe.reservoir.commands import add_parsers as _add_reservoir_parsers
+
+    COMMANDS.update(_add_reservoir_parsers(sub))  # verify, serve, fetch (gravpipe.reservoir)
 
     info = sub.add_parser("info", help="describe a snapshot")
     info.add_argument("file")

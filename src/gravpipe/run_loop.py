@@ -308,6 +308,11 @@ class RunLoop:
             self.write_checkpoint(out_dir / f"checkpoint_{counts['checkpoint']:04d}{ext}")
         if out_dir is not None and parallel.is_root(self.comm):
             self._write_diagnostics(out_dir / "diagnostics.csv")
+            # the folder's manifest.json (sizes, chunk checksums) records each file once it is whole
+            from gravpipe.reservoir import manifest
+
+            manifest.record(out_dir, ["diagnostics.csv"] + [f"{name}_{counts[name]:04d}{ext}" for name in
+                                                            ("snapshot", "checkpoint") if name in what])
 
     def _claim_run_dir(self, out: str | Path, overwrite: bool) -> Path:
         """``out`` as this run's directory, created if missing; refuses one that holds another
