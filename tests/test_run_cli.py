@@ -160,6 +160,31 @@ def test_user_error_in_a_subprocess_has_no_traceback(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "t_end" in r.stderr
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--t-end", "1e300"], "t_end: 1e+300 is a time the hermite timeline cannot hold: 8e+300 steps of dt_max = 0.125"),
+    (["--t-end", "1e300", "--integrator", "leapfrog"], "t_end: 1e+300 is a time the leapfrog timeline cannot hold"),
+    (["--t-end", "1e7"], "t_end up to 524288; a larger dt_max reaches further"),
+    (["--dt", "1e-300", "--integrator", "leapfrog", "--t-end", "1/32"],
+     "dt: a step of 1e-300 is below the timeline's resolution: t_end = 0.03125 is 3.12e+298 such steps"),
+    (["--dt-max", "1e-300", "--t-end", "1/32"], "dt_max: a step of 1e-300 is below the timeline's resolution"),
+    (["--t-end", "1e300", "--gravity", "tree", "--memory-budget", "16MiB", "--scratch", "."],
+     "t_end: 1e+300 is a time the leapfrog timeline cannot hold")])
+def test_a_time_or_step_the_timeline_cannot_hold_is_one_line(tmp_path, args, words):
+    """--t-end 1e300 ran for minutes without a word (Hermite) or said "t = 2000...(300 digits)
+    is before the current time"; --dt 1e-300 said "t = 0.000625 is before the current time"."""
+    r = gravpipe("run", "-n", "64", *args, "--no-progress", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+def test_steps_below_the_resolution_of_float64_time_are_refused():
+    from gravpipe import integrators
+
+    with pytest.raises(ValueError, match=r"dt: a step of 1e-11 is below the resolution of float64 time at t = "
+                                         r"1000000.0 \(t \+ dt == t; the smallest step there is 1.16e-10\)"):
+        integrators.check_reach("leapfrog", 1e6 + 1.0, 1e6, 1e-11)
+    integrators.check_reach("leapfrog", 1e6 + 1.0, 1e6, 1e-9)
+
+
 def _garble_integrator(path, how: str) -> None:
     """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
     with h5py.File(path, "r+") as f:

@@ -9,6 +9,7 @@ leapfrog). Any other stop costs one force evaluation on all particles.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +31,8 @@ class IntegratorSpec:
     #: per particle, 0: one entry, whether an older checkpoint may lack it); the core's
     #: checkpoint() writes these and its restart reads them
     state: dict[str, tuple[str, int, bool]]
+    #: the most steps of the quantum its clock counts from the grid origin (see check_reach)
+    max_quanta: int
 
 
 def _check_range(pipe, pos, vel) -> None:
@@ -96,6 +99,7 @@ def check_restart(name: str, state: dict[str, Any], n: int, where: str = "/Integ
 
 # defaults: the core's parameter structs (HermiteParams, LeapfrogParams), never restated here
 _DEFAULTS = _core.defaults()
+_TICKS_PER_DT_MAX = 2 ** 40
 
 INTEGRATORS: dict[str, IntegratorSpec] = {
     "hermite": IntegratorSpec(
@@ -104,13 +108,41 @@ INTEGRATORS: dict[str, IntegratorSpec] = {
         "(e.g. 0.0025) removes most of the start-up energy error of short runs", needs_jerk=True,
         state={"t_ticks": ("i", 1, False), "dt_ticks": ("i", 1, False), "now_ticks": ("i", 0, False),
                "timeline_t0": ("f", 0, True), "acc": ("f", 3, False), "jerk": ("f", 3, False),
-               "pot": ("f", 1, False)}),
+               "pot": ("f", 1, False)},
+        # int64 ticks, 2^40 to dt_max: 2^62 of them leave a step's end room to spare
+        max_quanta=2 ** 62 // _TICKS_PER_DT_MAX),
     "leapfrog": IntegratorSpec(
         "leapfrog", dict(_DEFAULTS["leapfrog"]), "dt", _build_leapfrog,
         "kick-drift-kick leapfrog, shared time step", needs_jerk=False,
         state={"acc": ("f", 3, False), "pot": ("f", 1, False), "steps": ("i", 0, False),
-               "grid_origin": ("f", 0, True)}),
+               "grid_origin": ("f", 0, True)},
+        max_quanta=2 ** 53),  # t0 + k dt with k counted exactly in float64 as in int64
 }
+
+
+def check_reach(name: str, t_end: float, origin: float, quantum: float) -> None:
+    """Whether the ``name`` integrator's clock can count from ``origin`` (its grid origin) to
+    ``t_end`` in steps of ``quantum`` (dt_max, dt): ValueError saying what is wrong, before
+    a step is taken. The clock holds ``max_quanta`` steps (Hermite: int64 ticks, 2^40 to
+    dt_max; leapfrog: a step count exact in float64, 2^53); beyond them t_end is a time the
+    timeline cannot hold when even the default step would not reach it, else the step is
+    below the timeline's resolution. A step that does not change a float64 time at the
+    origin or at t_end is below its resolution too."""
+    spec = INTEGRATORS[name]
+    key, most = spec.quantum_key, spec.max_quanta
+    quanta = (t_end - origin) / quantum
+    if quanta > most:
+        if t_end - origin > most * spec.defaults[key]:
+            raise ValueError(f"t_end: {t_end!r} is a time the {name} timeline cannot hold: {quanta:.3g} steps of "
+                             f"{key} = {quantum!r} from {origin!r}, at most {most:.3g} (t_end up to "
+                             f"{origin + most * quantum:.6g}; a larger {key} reaches further)")
+        raise ValueError(f"{key}: a step of {quantum!r} is below the timeline's resolution: t_end = {t_end!r} is "
+                         f"{quanta:.3g} such steps from {origin!r}, more than the {most:.3g} the {name} clock "
+                         f"counts (the least {key} that reaches it: {(t_end - origin) / most:.3g})")
+    for t in (origin, t_end):
+        if t + quantum == t:
+            raise ValueError(f"{key}: a step of {quantum!r} is below the resolution of float64 time at "
+                             f"t = {t!r} (t + {key} == t; the smallest step there is {math.ulp(t):.3g})")
 
 
 def resolve(name: str, overrides: dict[str, float | None]) -> tuple[IntegratorSpec, dict[str, float]]:

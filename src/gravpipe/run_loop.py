@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gravpipe import diagnostics, parallel
+from gravpipe import diagnostics, integrators, parallel
 from gravpipe._validate import check_positive_scalar
 from gravpipe.io.atomic import atomic_open
 
@@ -226,6 +226,7 @@ class RunLoop:
         t_end = _finite_time("t_end", t_end)
         if t_end < self.time and not self._same_time(t_end, self.time):
             raise ValueError(f"t_end: {t_end} is before the current time {self.time}")
+        integrators.check_reach(self.config.integrator, t_end, self.grid_origin, self.quantum)
         cadences: dict[str, float | None] = {}
         for name, every in (("snapshot", snapshot_every), ("checkpoint", checkpoint_every)):
             cadences[name] = None if every is None else check_positive_scalar(f"{name}_every", every, allow_zero=False)
