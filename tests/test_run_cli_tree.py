@@ -220,3 +220,38 @@ def test_an_out_of_core_run_on_a_full_disk_ends_in_one_line_and_keeps_its_checkp
     r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "run", "--resume", str(kept), "--t-end", "1/16",
                         "--scratch", str(scratch), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_full_scratch_disk_at_the_start_is_one_line(tmp_path):
+    """The scratch file refused its pages (ulimit -f here, ENOSPC on a full disk): the
+    StoreError's line (file, page, reason), exit 2, not a 25-30-line traceback."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as ENOSPC on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100 * 1024, 100 * 1024))
+
+    r = subprocess.run([sys.executable, "-m", "gravpipe.cli", "run", "--gravity", "tree", "-n", "20000",
+                        "--memory-budget", "16MiB", "--scratch", str(tmp_path), "--t-end", "1/64", "--no-progress"],
+                       capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
+    assert r.stderr.startswith("gravpipe run: error: scratch file ") and "File too large (EFBIG)" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # the scratch file removed
+
+
+def test_a_corrupt_page_ends_the_run_in_one_line(capsys, monkeypatch):
+    """A page whose checksum does not match (a flipped bit on the scratch disk): the
+    ChecksumError's line, exit 2."""
+    from gravpipe.errors import ChecksumError
+    from gravpipe.simulation import Simulation
+
+    def flipped(self, *args, **kwargs):
+        raise ChecksumError("scratch file /scratch/gravpipe-scratch-1-x: page 7 read back with CRC32C 0x1 "
+                            "instead of 0x2 (corrupt on disk; not used)", "/scratch/gravpipe-scratch-1-x", 7)
+
+    monkeypatch.setattr(Simulation, "evolve", flipped)
+    code, _, err = run_main(capsys, "run", *TREE_RUN, "--t-end", "1/64", "--no-progress")
+    assert code == 2 and err.count("\n") == 1 and "page 7 read back" in err, err

@@ -339,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     number_options = {o for options in _number_options(parser, single=True).values() for o in options}
     args = parser.parse_args(_attach_signed_values(argv, number_options))
     from gravpipe.backends import BackendUnavailableError
+    from gravpipe.errors import StoreError
 
     _warn_threads(getattr(args, "threads", None))
     # Python's default for SIGTERM ends the process at once, leaving an out-of-core run's
@@ -353,7 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _stdout_closed()
-    except (UserError, ValueError, BackendUnavailableError) as exc:
+    except (UserError, ValueError, BackendUnavailableError, StoreError) as exc:
+        # a StoreError (ChecksumError too) names the scratch file, the page and the reason:
+        # a full scratch disk or a corrupt page is the user's to see to, in one line
         print(f"gravpipe {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except OSError as exc:
@@ -895,6 +898,7 @@ def _option_name(key: str) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     """``gravpipe run``; under ``mpiexec -n P`` on every rank, rank 0 printing."""
     from gravpipe import parallel
+    from gravpipe.errors import StoreError
 
     comm = parallel.resolve_comm() if parallel.launched_under_mpi() else None
     if comm is None:
@@ -908,7 +912,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BaseException as exc:  # noqa: BLE001 - any failure on one rank must stop them all
         # the other ranks would otherwise wait forever in the next collective
         print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {exc}", file=sys.stderr, flush=True)
-        comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError)) else 1)
+        comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError, StoreError)) else 1)
         raise
 
 
