@@ -255,3 +255,11 @@ def test_a_corrupt_page_ends_the_run_in_one_line(capsys, monkeypatch):
     monkeypatch.setattr(Simulation, "evolve", flipped)
     code, _, err = run_main(capsys, "run", *TREE_RUN, "--t-end", "1/64", "--no-progress")
     assert code == 2 and err.count("\n") == 1 and "page 7 read back" in err, err
+
+
+def test_theta_where_the_mac_means_nothing_is_refused_and_the_help_says_so(capsys):
+    code, _, err = run_main(capsys, "run", *TREE_RUN, "--theta", "5", "--t-end", "1/64")
+    assert code == 2 and err.count("\n") == 1 and "theta: 5.0 is beyond 1.1547 (2/sqrt(3))" in err, err
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "at most 2/sqrt(3) = 1.1547" in " ".join(capsys.readouterr().out.split())

@@ -68,6 +68,18 @@ def test_error_falls_as_quad_tol_falls(plummer_case):
     assert all(a > b for a, b in zip(errors, errors[1:])), errors
 
 
+def test_theta_beyond_two_over_sqrt3_is_refused():
+    """Beyond 2/sqrt(3) a particle inside a cell's box can accept the cell (its opening radius
+    size/theta + offset is then shorter than the box's reach from the com): theta 5 ran."""
+    pos, mass = [[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], [1.0, 1.0, 1.0]
+    for theta in (1.16, 5.0):
+        with pytest.raises(ValueError, match=r"theta: .* is beyond 1.1547 \(2/sqrt\(3\)\)"):
+            gp.Tree(pos, mass, theta=theta)
+        with pytest.raises(ValueError, match=r"theta: .* is beyond 1.1547"):
+            gp.Simulation(gp.ic.plummer(100, seed=1), gravity="tree", theta=theta)
+    gp.Tree(pos, mass, theta=1.15).forces()
+
+
 @pytest.mark.parametrize("quad_tol", [-1e-3, float("nan"), float("inf"), "far", True])
 def test_bad_quad_tol(quad_tol):
     with pytest.raises(ValueError, match="quad_tol"):

@@ -257,6 +257,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     from gravpipe.gravity import GRAVITY
     from gravpipe.integrators import INTEGRATORS
     from gravpipe.runconfig import DEFAULT_EPS, DEFAULT_N, DEFAULT_SEED, DEFAULT_T_END, IC_MODELS
+    from gravpipe.tree_params import THETA_MAX
 
     defaults = {key: value for spec in INTEGRATORS.values() for key, value in spec.defaults.items()}
     gravity_help = "; ".join(f"{k.name}: {k.description}, default integrator {k.default_integrator}"
@@ -279,7 +280,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--gravity", choices=tuple(GRAVITY), default=None, help=f"force solver (default direct). {gravity_help}")
     r.add_argument("--theta", type=_fraction_or_float, default=None,
                    help=f"opening angle of --gravity tree (default {GRAVITY['tree'].params['theta']:g}; "
-                        "smaller: more accurate, slower)")
+                        f"smaller: more accurate, slower; at most 2/sqrt(3) = {THETA_MAX:.4f}, beyond which a "
+                        "particle inside a cell could take the cell's multipole expansion)")
     r.add_argument("--t-end", type=_fraction_or_float, default=None, help=f"end time (default {DEFAULT_T_END:g})")
     r.add_argument("--snap-every", type=_fraction_or_float, default=None,
                    help="snapshot interval (with --out; default: one snapshot at t_end)")

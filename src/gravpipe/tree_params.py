@@ -19,6 +19,12 @@ DEFAULT_N_CRIT: int = _DEFAULTS["n_crit"]
 # (Plummer N = 1e6: median |da|/|a| <= 3e-4, 99th percentile <= 1.5e-3; measured 2.3e-4 /
 # 8.5e-4, BENCHMARKS.md); 0.5 halves the errors for ~1.25x the time.
 DEFAULT_THETA: float = _DEFAULTS["theta"]
+#: The largest opening angle at which the MAC means anything. A cell is accepted beyond
+#: size/theta + |com - box centre| from its centre of mass (size: the longest side of its
+#: box); a point of the box lies within sqrt(3)/2 size + |com - box centre| of it. Beyond
+#: theta = 2/sqrt(3) a particle inside a cell's own box can accept the cell, where its
+#: multipole expansion diverges.
+THETA_MAX: float = 2 / 3 ** 0.5
 DEFAULT_QUAD_TOL: float = _DEFAULTS["quad_tol"]
 
 
@@ -90,6 +96,10 @@ def check_tree_params(theta: float, n_leaf: int, n_crit: int, alpha: float | Non
                       threads: int | None) -> tuple[float, int, int, float, int]:
     """Validate tree parameters; returns (theta, n_leaf, n_crit, alpha (0: off), threads (0: all))."""
     theta = check_positive_scalar("theta", theta, allow_zero=False)
+    if theta > THETA_MAX:
+        raise ValueError(f"theta: {theta!r} is beyond {THETA_MAX:.4f} (2/sqrt(3)), where the opening criterion "
+                         "stops meaning anything: a particle inside a cell's own box could take the cell's "
+                         "multipole expansion, which diverges there")
     for name, v in (("n_leaf", n_leaf), ("n_crit", n_crit)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
