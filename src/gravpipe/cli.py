@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_parser(sub)
     _add_config_parser(sub)
+    from gravpipe.perfmodel import cli as model_cli
+    model_cli.add_model_parser(sub)
     from gravpipe.reservoir.commands import add_parsers as _add_reservoir_parsers
 
     COMMANDS.update(_add_reservoir_parsers(sub))  # verify, serve, fetch (gravpipe.reservoir)
@@ -147,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (interactions per second, machine, ratio to a reference)")
     bsub = bench.add_subparsers(dest="bench", required=True)
+    from gravpipe.perfmodel.cli import add_bench_parser
+    add_bench_parser(bsub)
     bd = bsub.add_parser("direct", help="direct-summation force pipeline")
     bd.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="N values (default 1k .. 64k on the CPU, 16k .. 1M on CUDA)")
@@ -620,6 +624,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_pingpong(args)
     if args.bench == "storage":
         return _bench_storage(args)
+    if args.bench == "model":
+        from gravpipe.perfmodel.cli import bench_model
+        return bench_model(args)
     raise UserError(f"unknown benchmark {args.bench!r}")
 
 
@@ -1098,12 +1105,15 @@ def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | Non
                        overwrite: bool = False) -> int:
     import time
 
+    from gravpipe.perfmodel.cli import run_forecast, run_report
+    forecast = run_forecast(sim, t_end)  # from this host's calibration; never calibrates
     start = time.perf_counter()
     sim.evolve(t_end, snapshot_every=snap_every, checkpoint_every=ckpt_every, out=out, progress=progress,
                overwrite=overwrite)
     wall = time.perf_counter() - start
     print(f"energy error {sim.energy_error():.3e} at t = {sim.time:g} (relative: (E - E0) / |E0|, or / (|K0| + |W0|) when E0 = 0)")
     _print_breakdown(sim.timings, wall)
+    run_report(forecast, wall)
     for line in sim.summary_lines():  # MPI domains' balance, a paged run's traffic
         print(f"  {line}")
     if out is not None:
@@ -1233,7 +1243,13 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"forces": cmd_forces, "ic": cmd_ic, "run": cmd_run, "info": cmd_info, "plot": cmd_plot,
-            "bench": cmd_bench, "config": cmd_config}
+            "bench": cmd_bench, "config": cmd_config, "model": lambda a: _model_cli().cmd_model(a)}
+
+
+def _model_cli():
+    from gravpipe.perfmodel import cli
+    return cli
+
 
 if __name__ == "__main__":
     sys.exit(main())
