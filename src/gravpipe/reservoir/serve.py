@@ -44,6 +44,21 @@ def _text(status: int, reason: str, **headers: str) -> web.Response:
     return web.Response(status=status, text=reason + "\n", headers=headers)
 
 
+class _GatedFile(web.FileResponse):
+    """aiohttp's FileResponse, sent while holding one place of the server's semaphore."""
+
+    def __init__(self, path: Path, gate: asyncio.Semaphore, stats: dict, **kwargs):
+        super().__init__(path, **kwargs)
+        self._gate, self._stats = gate, stats
+
+    async def prepare(self, request: web.BaseRequest):
+        async with self._gate:
+            writer = await super().prepare(request)
+        if request.method == "GET" and self.content_length:
+            self._stats["bytes"] += self.content_length
+        return writer
+
+
 def make_app(root: str | os.PathLike[str], token: str, max_connections: int = 64) -> web.Application:
     """The aiohttp application serving ``root`` read-only to holders of ``token``.
     ``app[STATS]`` counts requests and the body bytes of the responses sent."""
@@ -82,13 +97,7 @@ def make_app(root: str | os.PathLike[str], token: str, max_connections: int = 64
             return _text(404, "not found (no listings: fetch manifest.json)")
         if "," in request.headers.get("Range", ""):
             return _text(416, "one range per request", **{"Content-Range": f"bytes */{resolved.stat().st_size}"})
-        async with gate:
-            resp = web.FileResponse(resolved, chunk_size=1 << 20)
-            await resp.prepare(request)
-            length = resp.content_length
-            if request.method == "GET" and length:
-                stats["bytes"] += length
-            return resp
+        return _GatedFile(resolved, gate, stats, chunk_size=1 << 20)
 
     app = web.Application(client_max_size=0)
     app[STATS] = stats
