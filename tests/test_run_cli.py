@@ -185,6 +185,25 @@ def test_steps_below_the_resolution_of_float64_time_are_refused():
     integrators.check_reach("leapfrog", 1e6 + 1.0, 1e6, 1e-9)
 
 
+def test_a_cadence_that_would_write_an_absurd_number_of_files_is_refused_saying_how_many(tmp_path):
+    """--snap-every 1e-9 started writing ~3e7 snapshots (940 files in 40 s before it was stopped)."""
+    r = gravpipe("run", "-n", "64", "--t-end", "1/32", "--snap-every", "1e-9", "--out", "run", "--no-progress",
+                 cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "would write 31,250,000 snapshots (every 1e-09) and 1 checkpoint" in r.stderr
+    assert "more than 10,000 files" in r.stderr and "--force" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_force_lets_a_run_write_many_files():
+    from gravpipe.cli import MAX_OUTPUT_FILES, UserError, _check_output_count
+
+    _check_output_count(0.0, 1.0, 1 / MAX_OUTPUT_FILES, None, force=False)  # exactly the most
+    with pytest.raises(UserError, match=f"{MAX_OUTPUT_FILES + 1:,} checkpoints"):
+        _check_output_count(0.0, 1.0, None, 1 / (MAX_OUTPUT_FILES + 1), force=False)
+    _check_output_count(0.0, 1.0, 1e-9, 1e-9, force=True)
+
+
 def _garble_integrator(path, how: str) -> None:
     """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
     with h5py.File(path, "r+") as f:

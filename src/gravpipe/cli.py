@@ -296,6 +296,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                         "a directory holding another run is refused (see --resume, --overwrite)")
     r.add_argument("--overwrite", action="store_const", const=True, default=None,
                    help="delete the run files (snapshots, checkpoints, diagnostics.csv) already in --out first")
+    r.add_argument("--force", action="store_const", const=True, default=None,
+                   help=f"write the files --snap-every and --checkpoint-every ask for even when they are more "
+                        f"than {MAX_OUTPUT_FILES:,} (refused without it, saying how many)")
     r.add_argument("--config", metavar="RUN.TOML", default=None,
                    help="TOML file with the same keys as these options (t_end, eps, ...); the command line overrides it")
     r.add_argument("--resume", metavar="DIR", default=None,
@@ -895,7 +898,8 @@ def _emit_json(target: str | None, make_doc, console) -> None:
 # ---- gravpipe run ---------------------------------------------------------------------
 
 # what --resume may change; everything else is fixed by the checkpoint's run config
-_RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress", "memory_budget", "scratch"}
+_RESUME_KEYS = {"t_end", "snap_every", "checkpoint_every", "threads", "no_progress", "force", "memory_budget",
+                "scratch"}
 # run.toml / command-line keys that are gravity parameters (gravpipe.gravity.GRAVITY)
 _GRAVITY_PARAMS = ("theta",)
 
@@ -948,7 +952,8 @@ def _run(args: argparse.Namespace) -> int:
         snap_every, ckpt_every = _cadences(settings, sim.time)
         _print_start(sim, settings.t_end, settings.out, note)
         return _evolve_and_report(sim, settings.t_end, snap_every, ckpt_every, settings.out,
-                                  not settings.no_progress, overwrite=bool(settings.overwrite))
+                                  not settings.no_progress, overwrite=bool(settings.overwrite),
+                                  force=bool(settings.force))
 
 
 def _given_as(key: str, value, cli_values: dict, config: str | None) -> str:
@@ -1059,7 +1064,8 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
         print(f"already at t_end = {t_end:g}: nothing to do (give --t-end to go further)")
         return 0
     with sim:  # a paged run's scratch file goes however the run ends
-        return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress)
+        return _evolve_and_report(sim, t_end, snap_every, ckpt_every, args.resume, not args.no_progress,
+                                  force=bool(args.force))
 
 
 def _phase(what: str):
@@ -1101,10 +1107,32 @@ def _print_start(sim, t_end: float, out: str | None, note: str | None = None) ->
     print(f"  N = {sim.n:,}, t = {sim.time:g} -> {t_end:g}, {where}", flush=True)
 
 
+#: the most snapshots and checkpoints together that gravpipe run writes without --force
+MAX_OUTPUT_FILES = 10_000
+
+
+def _check_output_count(t_from: float, t_end: float, snap_every, ckpt_every, force: bool) -> None:
+    """UserError when the cadences would write more than MAX_OUTPUT_FILES files after
+    ``t_from`` up to ``t_end`` (one at each multiple of an interval, and one at t_end),
+    saying how many, unless ``force``: --snap-every 1e-9 started writing 3e7 snapshots."""
+    import math
+
+    counts = {name: (math.ceil((t_end - t_from) / every * (1 - 1e-12)), every) for name, every in
+              (("snapshot", snap_every), ("checkpoint", ckpt_every)) if every is not None and t_end > t_from}
+    if force or sum(count for count, _ in counts.values()) <= MAX_OUTPUT_FILES:
+        return
+    parts = [f"{count:,} {name}{'s' if count != 1 else ''} (every {every:g})" for name, (count, every) in counts.items()]
+    raise UserError(f"from t = {t_from:g} to {t_end:g} this run would write {' and '.join(parts)}: more than "
+                    f"{MAX_OUTPUT_FILES:,} files; give a longer --snap-every or --checkpoint-every, or --force "
+                    "to write them")
+
+
 def _evolve_and_report(sim, t_end: float, snap_every, ckpt_every, out: str | None, progress: bool,
-                       overwrite: bool = False) -> int:
+                       overwrite: bool = False, force: bool = False) -> int:
     import time
 
+    if out is not None:
+        _check_output_count(sim.time, t_end, snap_every, ckpt_every, force)
     from gravpipe.perfmodel.cli import run_forecast, run_report
     forecast = run_forecast(sim, t_end)  # from this host's calibration; never calibrates
     start = time.perf_counter()

@@ -80,6 +80,7 @@ class RunSettings:
     threads: int | None = None
     no_progress: bool = False
     overwrite: bool = False
+    force: bool = False  # write more output files than gravpipe run allows without asking
     precise_energy: bool | None = None  # None: the gravity kind's default (gravity.GravityKind.precise_rows)
     # where the particles live (gravpipe.residence): in pages of a scratch file when given
     memory_budget: str | int | None = None
@@ -212,7 +213,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "integrator": _choice(INTEGRATOR_NAMES), "gravity": _choice(GRAVITY_NAMES), "theta": _number,
     "t_end": _number, "snap_every": _number, "checkpoint_every": _number, "out": _string, "eps": _number,
     "eta": _number, "eta_s": _number, "dt_max": _number, "dt": _number, "precision": _choice(PRECISIONS),
-    "backend": _string, "threads": _positive_int, "no_progress": _bool, "overwrite": _bool,
+    "backend": _string, "threads": _positive_int, "no_progress": _bool, "overwrite": _bool, "force": _bool,
     "precise_energy": _bool, "memory_budget": _size, "scratch": _string, "page_bytes": _size,
 }
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
