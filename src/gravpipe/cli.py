@@ -141,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     COMMANDS.update(_add_reservoir_parsers(sub))  # verify, serve, fetch (gravpipe.reservoir)
 
-    info = sub.add_parser("info", help="describe a snapshot")
+    info = sub.add_parser("info", help="describe a snapshot (a file, or an http(s):// URL read in place)")
     info.add_argument("file")
+    info.add_argument("--token-file", help="bearer token for a URL (else $GRAVPIPE_TOKEN_FILE)")
 
     plot = sub.add_parser("plot", help="PNG plots of a run directory (energy error, Lagrangian radii, time breakdown)")
     plot.add_argument("dir", help="run directory with diagnostics.csv (written by 'gravpipe run --out DIR')")
@@ -527,6 +528,8 @@ def cmd_ic(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from gravpipe import io
 
+    if args.token_file:  # a remote snapshot's reads (gravpipe.reservoir.remote) take it from there
+        os.environ["GRAVPIPE_TOKEN_FILE"] = args.token_file
     print(io.describe(args.file))
     return 0
 

@@ -248,6 +248,10 @@ def read_snapshot(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PAR
     Raises as ``snapshot.read_snapshot``; for a set also SnapshotError when a member is
     missing, a member's Time or NumPart_Total differs from member 0's, or the members'
     NumPart_ThisFile do not add up to NumPart_Total."""
+    if isinstance(path, str) and path.startswith(("http://", "https://")):  # ranged reads, verified chunks
+        from gravpipe.reservoir import remote
+
+        return remote.read_snapshot(path, part_type)
     members = set_members(path)
     if members is None:
         return single.read_snapshot(path, part_type=part_type)
@@ -330,6 +334,10 @@ def _joined(members: list[Path], parts: list[dict[str, Any]], part_type: int) ->
 def describe(path: str | os.PathLike[str]) -> str:
     """``snapshot.describe`` of a single file; for a set, member 0's description after a
     line naming the set (files, particles in all)."""
+    if isinstance(path, str) and path.startswith(("http://", "https://")):  # ranged reads, verified chunks
+        from gravpipe.reservoir import remote
+
+        return remote.describe(path)
     members = set_members(path)
     if members is None:
         return single.describe(path)
