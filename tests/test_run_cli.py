@@ -185,6 +185,31 @@ def test_steps_below_the_resolution_of_float64_time_are_refused():
     integrators.check_reach("leapfrog", 1e6 + 1.0, 1e6, 1e-9)
 
 
+@pytest.mark.parametrize("threads", ["100000", "50000"])
+def test_more_threads_than_the_machine_can_start_are_refused_in_one_line(tmp_path, threads):
+    """--threads 100000 died of SIGSEGV after the cores warning, 50000 of "libgomp: Thread
+    creation failed" (exit 1): beyond what the kernel lets the process create."""
+    from gravpipe._validate import thread_limit
+
+    if int(threads) <= thread_limit()[0]:
+        pytest.skip(f"this machine starts {thread_limit()[0]} threads")
+    r = gravpipe("run", "-n", "64", "--threads", threads, "--t-end", "1/64", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"argument --threads: {threads} is more than this machine can start for one process" in r.stderr
+
+
+def test_the_python_api_refuses_them_too():
+    from gravpipe._validate import thread_limit
+
+    most, why = thread_limit()
+    assert most >= 1 and ("allowed by" in why or "no kernel limit" in why)
+    for make in (lambda t: gp.Pipeline(threads=t), lambda t: gp.Tree([[0.0, 0, 0], [1, 0, 0]], [1.0, 1.0], threads=t),
+                 lambda t: gp.Simulation(gp.ic.plummer(64, seed=1), threads=t)):
+        with pytest.raises(ValueError, match=rf"threads: {most + 1} is more than this machine can start .*at most {most}"):
+            make(most + 1)
+    assert gp.Pipeline(threads=most).threads == most  # the bound itself is taken (no thread starts here)
+
+
 def test_a_cadence_that_would_write_an_absurd_number_of_files_is_refused_saying_how_many(tmp_path):
     """--snap-every 1e-9 started writing ~3e7 snapshots (940 files in 40 s before it was stopped)."""
     r = gravpipe("run", "-n", "64", "--t-end", "1/32", "--snap-every", "1e-9", "--out", "run", "--no-progress",

@@ -6,6 +6,9 @@ applies, the first offending index, so that a user can find the bad row in their
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -123,3 +126,77 @@ def check_G(G: float) -> float:
     if not np.isfinite(G) or G <= 0:
         raise ValueError(f"G: must be finite and > 0, got {G!r}")
     return G
+
+
+@functools.lru_cache(maxsize=1)
+def thread_limit() -> tuple[int, str]:
+    """(the most CPU threads gravpipe lets one process ask for, where that bound comes from).
+
+    Half the threads the kernel lets this process create (the least of RLIMIT_NPROC,
+    kernel.threads-max, kernel.pid_max and its cgroup's pids.max), the other half left to
+    the rest of the machine: beyond what the kernel allows, OpenMP cannot start the team
+    and ends the process ("libgomp: Thread creation failed", or SIGSEGV), which a library
+    must not do."""
+    limits: list[tuple[int, str]] = []
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append((soft, "RLIMIT_NPROC (ulimit -u)"))
+    except (ImportError, OSError, ValueError):
+        pass
+    for path, name in (("/proc/sys/kernel/threads-max", "kernel.threads-max"),
+                       ("/proc/sys/kernel/pid_max", "kernel.pid_max")):
+        value = _read_limit(path)
+        if value is not None:
+            limits.append((value, name))
+    for path in _cgroup_pids_max_paths():
+        value = _read_limit(path)
+        if value is not None:
+            limits.append((value, f"the cgroup's pids.max ({path})"))
+            break
+    if not limits:
+        return 1 << 15, "no kernel limit found; 32768"
+    most, name = min(limits)
+    return max(1, most // 2), f"half of {most} allowed by {name}"
+
+
+def _read_limit(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def _cgroup_pids_max_paths() -> list[str]:
+    """pids.max of this process's cgroup: v2 (a "0::/path" line) or v1's pids controller."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    paths = []
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if controllers == "":
+            paths.append(os.path.join("/sys/fs/cgroup", where.lstrip("/"), "pids.max"))
+        elif "pids" in controllers.split(","):
+            paths.append(os.path.join("/sys/fs/cgroup/pids", where.lstrip("/"), "pids.max"))
+    return paths
+
+
+def check_threads(threads: object, name: str = "threads") -> int | None:
+    """``threads`` as an int (None: all OpenMP threads): a positive integer no larger than
+    ``thread_limit()``. Raises ValueError naming ``name`` otherwise."""
+    if threads is None:
+        return None
+    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"{name}: must be a positive integer or None, got {threads!r}")
+    most, why = thread_limit()
+    if threads > most:
+        raise ValueError(f"{name}: {int(threads)} is more than this machine can start for one process (at most "
+                         f"{most}: {why}); more threads than cores only share them")
+    return int(threads)

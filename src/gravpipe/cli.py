@@ -42,6 +42,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _thread_count(text: str) -> int:
+    """The type of --threads: a positive integer the machine can start (``_validate.check_threads``)."""
+    from gravpipe._validate import check_threads
+
+    try:
+        return check_threads(_positive_int(text), "")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip(": ")) from None
+
+
 def _fraction_or_float(text: str) -> float:
     """The type of every numeric option: '0.015625', '1/64', '-1/128', '2*pi/1000', ...
     (``runconfig.parse_number``; ``_attach_signed_values`` lets values start with '-')."""
@@ -119,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--eps", type=_fraction_or_float, default=1 / 64, help="Plummer softening (default 1/64)")
     f.add_argument("--precision", choices=["mixed", "double"], default="mixed")
     f.add_argument("--backend", default="auto", help="auto, cpu or cuda")
-    f.add_argument("--threads", type=_positive_int, default=None)
+    f.add_argument("--threads", type=_thread_count, default=None)
     f.add_argument("--check", type=int, default=256, help="particles checked against a float64 reference (0: none)")
     f.add_argument("-o", "--output", help="write a snapshot with Acceleration and Potential")
 
@@ -158,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--precision", nargs="+", choices=["mixed", "double"], default=["mixed", "double"])
     bd.add_argument("--mode", nargs="+", choices=["acc+pot", "acc+jerk+pot"], default=["acc+pot", "acc+jerk+pot"])
     bd.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    bd.add_argument("--threads", type=_positive_int, default=None)
+    bd.add_argument("--threads", type=_thread_count, default=None)
     bd.add_argument("--isa", nargs="+", choices=["auto", "avx512", "avx2", "generic"], default=None,
                     help="CPU instruction sets to measure, side by side (default auto: GRAVPIPE_ISA "
                          "if set, else the best here)")
@@ -170,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     bh.add_argument("-n", type=_positive_int, default=16384, help="Plummer particles (default 16384)")
     bh.add_argument("--t-end", type=_fraction_or_float, default=0.25, help="N-body time units (default 0.25)")
     bh.add_argument("--precision", nargs="+", choices=["mixed", "double"], default=["mixed"])
-    bh.add_argument("--threads", type=_positive_int, default=None)
+    bh.add_argument("--threads", type=_thread_count, default=None)
     bh.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     bh.add_argument("--eta", type=_fraction_or_float, default=0.02)
     bh.add_argument("--eps", type=_fraction_or_float, default=1 / 64)
@@ -216,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--n-leaf", type=_positive_int, default=16, help="leaf size of the demo's tree (default 16)")
     bo.add_argument("--theta", type=float, default=None, help="opening angle of the demo's tree (default: the core's)")
     bo.add_argument("--sample", type=int, default=1000, help="particles checked against a float64 direct sum (demo)")
-    bo.add_argument("--threads", type=_positive_int, default=None)
+    bo.add_argument("--threads", type=_thread_count, default=None)
     bo.add_argument("--plot", metavar="PNG", help="swap: bytes swapped vs in-core bytes")
     bo.add_argument("--json", metavar="FILE", help="also write machine-readable results ('-' for stdout only)")
     bt = bsub.add_parser("tree", help="Barnes-Hut treecode: time, breakdown, interactions/body, error vs direct")
@@ -232,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="particles checked against direct summation (>= 1000, default 1000)")
     bt.add_argument("--eps", type=_fraction_or_float, default=None,
                     help="softening (default (1/64) * (N/1e4)^(-1/3) for each N)")
-    bt.add_argument("--threads", type=_positive_int, default=None)
+    bt.add_argument("--threads", type=_thread_count, default=None)
     bt.add_argument("--precision", choices=["mixed", "double"], default="mixed",
                     help="tree kernels (default mixed; the direct reference is always double)")
     bt.add_argument("--backend", choices=["cpu", "cuda"], default="cpu",
@@ -318,7 +328,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--backend", default=None,
                    help="auto (default), cpu or cuda (--gravity tree: cuda evaluates its lists on the GPU, "
                         "in core; auto keeps the tree on the CPU)")
-    r.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: all)")
+    r.add_argument("--threads", type=_thread_count, default=None, help="CPU threads (default: all)")
     r.add_argument("--no-progress", action="store_const", const=True, default=None, help="no progress bar")
     r.add_argument("--precise-energy", action=argparse.BooleanOptionalAction, default=None,
                    help="diagnostics rows with a precise potential of their own (a float64 direct sum: ~3-5 steps' "

@@ -41,7 +41,8 @@ from numpy.typing import ArrayLike
 
 from gravpipe import _core
 from gravpipe import _device_arrays as dev
-from gravpipe._validate import as_float_array, as_index_array, check_G, check_positive_scalar, check_same_length, check_sources
+from gravpipe._validate import (as_float_array, as_index_array, check_G, check_positive_scalar, check_same_length,
+                                check_sources, check_threads)
 from gravpipe.backends import BackendUnavailableError, available_backends, resolve_backend, resolve_isa
 
 __all__ = ["Pipeline", "PipelineStats", "accel", "available_backends", "BackendUnavailableError"]
@@ -130,8 +131,7 @@ class Pipeline:
             raise ValueError(f"precision: unknown mode {precision!r} (expected 'mixed' or 'double')")
         eps = check_positive_scalar("eps", eps)
         G = check_G(G)
-        if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
-            raise ValueError(f"threads: must be a positive integer or None, got {threads!r}")
+        threads = check_threads(threads)
         info = resolve_backend(backend)
         self.backend: str = info.name
         self.backend_detail: str = info.detail

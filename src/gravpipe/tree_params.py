@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from gravpipe import _core
-from gravpipe._validate import check_positive_scalar
+from gravpipe._validate import check_positive_scalar, check_threads
 
 # The core's defaults (TreeParams in cpp/include/gravpipe/tree.hpp), never restated here.
 _DEFAULTS = _core.defaults()["tree"]
@@ -104,10 +104,7 @@ def check_tree_params(theta: float, n_leaf: int, n_crit: int, alpha: float | Non
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
     a = 0.0 if alpha is None else check_positive_scalar("alpha", alpha, allow_zero=False)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                or threads < 1):
-        raise ValueError(f"threads: must be a positive integer or None, got {threads!r}")
-    return theta, int(n_leaf), int(n_crit), a, int(threads or 0)
+    return theta, int(n_leaf), int(n_crit), a, check_threads(threads) or 0
 
 
 def _check_precision(precision: str) -> str:
