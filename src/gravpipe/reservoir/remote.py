@@ -115,16 +115,16 @@ def open_h5(url: str, token_file: str | None = None):
 
 def read_snapshot(url: str, part_type: int = 1, token_file: str | None = None):
     """``io.read_snapshot`` of a remote single-file snapshot (all its chunks are verified)."""
-    from gravpipe.io import snapshot
+    from gravpipe.io.snapshot import _checked_part_type, _describe_lines, _read_open_file
 
     with open_h5(url, token_file) as f:
-        return snapshot._read_open_file(f, url, snapshot._checked_part_type(part_type))
+        return _read_open_file(f, url, _checked_part_type(part_type))
 
 
 def describe(url: str, token_file: str | None = None) -> str:
     """``io.describe`` of a remote snapshot: reads (and verifies) only the chunks holding its
     header and metadata."""
-    from gravpipe.io import snapshot
+    from gravpipe.io.snapshot import _checked_part_type, _describe_lines, _read_open_file
 
     with open_h5(url, token_file) as f:
-        return "\n".join(snapshot._describe_lines(f, url))
+        return "\n".join(_describe_lines(f, url))
