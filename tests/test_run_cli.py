@@ -229,6 +229,23 @@ def test_force_lets_a_run_write_many_files():
     _check_output_count(0.0, 1.0, 1e-9, 1e-9, force=True)
 
 
+def test_resume_removes_the_temporaries_of_killed_writers(capsys, ic_file, tmp_path):
+    """A writer killed outright leaves .NAME.tmp-PID-TOKEN behind (8 of 12 after resumes and
+    a clean finish): the run that takes the folder removes those of processes that are gone,
+    never a live writer's or another file."""
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/8", "--out", out, "--threads", "1")[0] == 0
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    (out / "set_0001").mkdir()
+    stale = [out / f".checkpoint_0002.h5.tmp-{gone}-0a1b2c3d", out / "set_0001" / f".member.h5.tmp-{gone}-deadbeef"]
+    kept = [out / f".snapshot_0002.h5.tmp-{os.getpid()}-0a1b2c3d", out / ".notes.tmp-x", out / "notes.txt"]
+    for f in stale + kept:
+        f.write_bytes(b"partial")
+    assert run_main(capsys, "run", "--resume", out, "--t-end", "1/4")[0] == 0
+    assert not any(f.exists() for f in stale) and all(f.exists() for f in kept)
+
+
 def _garble_integrator(path, how: str) -> None:
     """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
     with h5py.File(path, "r+") as f:

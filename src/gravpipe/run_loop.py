@@ -26,7 +26,7 @@ from typing import Any
 
 from gravpipe import diagnostics, integrators, parallel
 from gravpipe._validate import check_positive_scalar
-from gravpipe.io.atomic import atomic_open
+from gravpipe.io.atomic import atomic_open, stale_temporaries
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
 #: force evaluations' worth of particle steps between diagnostics rows that take their
@@ -335,6 +335,9 @@ class RunLoop:
 
     def _claim_run_dir_here(self, out: str | Path, overwrite: bool) -> Path:
         d = Path(out)
+        if d.is_dir():  # partial files of writers killed outright (a resumed run's folder)
+            for f in stale_temporaries(d):
+                f.unlink(missing_ok=True)
         if self._run_dir is not None and d.is_dir() and d.resolve() == self._run_dir:
             return d
         old = check_run_dir(d, overwrite)

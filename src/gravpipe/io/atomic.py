@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,32 @@ def temporary_name(final: Path) -> Path:
     writers of one target in the same process (threads) apart.
     """
     return final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+_TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)-[0-9a-f]{8}$")
+
+
+def stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files in ``folder`` (and its sub-folders: multi-file sets) that a writer
+    killed outright left behind: named as ``temporary_name`` makes them, by a process that
+    is no longer running on this machine. A live writer's (a pid that exists, whoever owns
+    it) are not among them."""
+    found = []
+    for path in Path(folder).rglob(".*.tmp-*"):
+        m = _TEMPORARY.match(path.name)
+        if m and path.is_file() and not _process_exists(int(m.group(1))):
+            found.append(path)
+    return sorted(found)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process, or a number we cannot ask about: not ours to judge
+    return True
 
 
 @contextmanager
