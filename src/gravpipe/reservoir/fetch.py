@@ -250,7 +250,14 @@ class Fetcher:
                         continue
                     if (resp.content_length or 0) > mf.MAX_MANIFEST_BYTES:
                         raise FetchError(f"{url}: larger than {mf.MAX_MANIFEST_BYTES} bytes")
-                    body = await resp.content.read(mf.MAX_MANIFEST_BYTES + 1)
+                    body = bytearray()  # read() returns what has come so far: read to the end, bounded
+                    while piece := await resp.content.read(1 << 20):
+                        body += piece
+                        if len(body) > mf.MAX_MANIFEST_BYTES:
+                            raise FetchError(f"{url}: larger than {mf.MAX_MANIFEST_BYTES} bytes")
+                    if resp.content_length is not None and len(body) != resp.content_length:
+                        continue  # cut short: ask again
+                    body = bytes(body)
                     stream.requests += 1
                     return body
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
