@@ -68,14 +68,19 @@ void bind_integrate(nb::module_& m) {
       .def("evolve_to", &Integrator::evolve_to, nb::arg("t"), nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("time", &Integrator::time)
       .def_prop_ro("grid_origin", &Integrator::grid_origin)
-      .def("positions", [](const Integrator& it) { return to_numpy(it.state().pos, {it.state().size(), 3}); })
-      .def("velocities", [](const Integrator& it) { return to_numpy(it.state().vel, {it.state().size(), 3}); })
-      .def("potentials", [](const Integrator& it) { return to_numpy(it.potential(), {it.potential().size()}); },
-           "each particle's potential from the last force evaluation (N,), at time once evolve_to returned")
       .def("checkpoint", &checkpoint_dict)
       .def("counters", &counters_dict);
 
-  nb::class_<HermiteIntegrator, Integrator>(m, "Hermite")
+  nb::class_<InCoreIntegrator, Integrator>(m, "InCoreIntegrator")
+      .def("positions",
+           [](const InCoreIntegrator& it) { return to_numpy(it.state().pos, {it.state().size(), 3}); })
+      .def("velocities",
+           [](const InCoreIntegrator& it) { return to_numpy(it.state().vel, {it.state().size(), 3}); })
+      .def("potentials",
+           [](const InCoreIntegrator& it) { return to_numpy(it.potential(), {it.potential().size()}); },
+           "each particle's potential from the last force evaluation (N,), at time once evolve_to returned");
+
+  nb::class_<HermiteIntegrator, InCoreIntegrator>(m, "Hermite")
       .def("__init__",
            [](HermiteIntegrator* self, ForceProvider& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
               double eta, double eta_s, double dt_max, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {
@@ -94,7 +99,7 @@ void bind_integrate(nb::module_& m) {
            nb::arg("eta"), nb::arg("eta_s"), nb::arg("dt_max"), nb::arg("restart_f64").none() = nb::none(),
            nb::arg("restart_i64").none() = nb::none(), nb::keep_alive<1, 2>());
 
-  nb::class_<LeapfrogIntegrator, Integrator>(m, "Leapfrog")
+  nb::class_<LeapfrogIntegrator, InCoreIntegrator>(m, "Leapfrog")
       .def("__init__",
            [](LeapfrogIntegrator* self, ForceProvider& pipe, CVec3 pos, CVec3 vel, CScalars mass, double t0,
               double dt, std::optional<nb::dict> f64, std::optional<nb::dict> i64) {

@@ -22,7 +22,7 @@ struct HermiteParams {
   double dt_max = 0.125; // largest step; stops at multiples of it cost no extra force evaluation
 };
 
-class HermiteIntegrator final : public Integrator {
+class HermiteIntegrator final : public InCoreIntegrator {
  public:
   /// Start at time t0: one force evaluation on all particles, then the starting steps.
   HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params);

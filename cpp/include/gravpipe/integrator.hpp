@@ -1,6 +1,8 @@
-// What every integrator offers the Simulation: advance to a time, report its state, and
-// export/import the exact state a checkpoint needs. The Simulation never switches on the
-// integrator type (REBOUND's integrator plug-ins).
+// What every integrator offers the Simulation: advance to a time and export/import the exact
+// state a checkpoint needs; an integrator whose particles are in memory (InCoreIntegrator)
+// also hands out their arrays. The Simulation never switches on the integrator type
+// (REBOUND's integrator plug-ins). The paged leapfrog (paged_leapfrog.hpp) keeps its
+// particles in the pages of a store, which its owner reads block by block.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -40,14 +42,19 @@ class Integrator {
   /// Times grid_origin() + k * quantum (dt_max, dt) are reached by whole steps; any other
   /// stop costs one extra force evaluation on all particles and moves the origin to it.
   virtual double grid_origin() const = 0;
+  virtual CheckpointState checkpoint() const = 0;
+  virtual IntegratorCounters counters() const = 0;
+};
+
+/// An integrator whose particles live in memory, in the caller's order.
+class InCoreIntegrator : public Integrator {
+ public:
   virtual const ParticleState& state() const = 0;
   /// Each particle's potential from the integrator's last force evaluation (n, the caller's
   /// order), at time() once evolve_to has returned, so that an energy row costs no evaluation
   /// of its own: 0.5 sum m_i pot_i is the potential energy of the positions at time() (Hermite
   /// adds the first-order change of the corrector's move: HermiteIntegrator::corrected_potential).
   virtual const std::vector<double>& potential() const = 0;
-  virtual CheckpointState checkpoint() const = 0;
-  virtual IntegratorCounters counters() const = 0;
 };
 
 }  // namespace gravpipe

@@ -12,7 +12,7 @@ struct LeapfrogParams {
   double dt = 1.0 / 128;
 };
 
-class LeapfrogIntegrator final : public Integrator {
+class LeapfrogIntegrator final : public InCoreIntegrator {
  public:
   LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params);
   /// Restart from checkpoint(): exact accelerations and step count.
