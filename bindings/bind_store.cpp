@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -27,7 +28,7 @@
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/particle_store.hpp"
-#include "gravpipe/paged_leapfrog.hpp"
+#include "gravpipe/paged_kick.hpp"
 #include "gravpipe/store_sort.hpp"
 #include "ndarray_views.hpp"
 #include "store_box.hpp"
@@ -70,17 +71,22 @@ void write_field(StoreBox& box, const std::string& field, std::int64_t begin, co
     throw InputError("store: field '" + field + "' takes " + std::to_string(f.components) + " values per particle");
   const auto count = static_cast<std::int64_t>(values.size() / static_cast<std::size_t>(f.components));
   nb::gil_scoped_release release;
-  s.write(field, begin, count, values.data());
+  s.write_values(field, begin, count, values.data());
 }
 
-nb::object read_field(StoreBox& box, const std::string& field, std::int64_t begin, std::int64_t count) {
+/// `values`: a user's read (a derived field's values); else the pages as they are.
+nb::object read_field(StoreBox& box, const std::string& field, std::int64_t begin, std::int64_t count,
+                      bool values) {
   ParticleStore& s = box.get();
   const FieldSpec& f = s.field(field);
   if (count < 0) throw InputError("store: negative count");
   const auto n = static_cast<std::size_t>(count), comps = static_cast<std::size_t>(f.components);
   const auto read = [&](auto& v) {
     nb::gil_scoped_release release;
-    s.read(field, begin, count, v.data());
+    if (values)
+      s.read_values(field, begin, count, v.data());
+    else
+      s.read(field, begin, count, v.data());
   };
   if (f.type == FieldType::I64) {
     std::vector<std::int64_t> v(n * comps);
@@ -128,6 +134,28 @@ nb::tuple read_blocks(StoreBox& box, Indices begins, Indices ends, int threads) 
 }
 
 }  // namespace
+
+nb::dict bindings::sort_stats_dict(const StoreSortStats& st) {
+  nb::dict d;
+  d["runs"] = st.runs;
+  d["run_particles"] = st.run_particles;
+  d["seconds_bounds"] = st.seconds_bounds;
+  d["seconds_runs"] = st.seconds_runs;
+  d["seconds_merge"] = st.seconds_merge;
+  d["seconds_permute"] = st.seconds_permute;
+  d["permute_lanes"] = st.permute_lanes;
+  d["permute_in_merge"] = st.permute_in_merge;
+  d["bytes_runs"] = std::vector<std::int64_t>{st.runs_read, st.runs_written};
+  d["bytes_merge"] = std::vector<std::int64_t>{st.merge_read, st.merge_written};
+  d["bytes_permute"] = std::vector<std::int64_t>{st.permute_read, st.permute_written};
+  d["frame_lo"] = std::vector<double>{st.frame.lo[0], st.frame.lo[1], st.frame.lo[2]};
+  d["frame_scale"] = st.frame.scale;
+  d["bounds_lo"] = std::vector<double>{st.bounds.lo[0], st.bounds.lo[1], st.bounds.lo[2]};
+  d["bounds_hi"] = std::vector<double>{st.bounds.hi[0], st.bounds.hi[1], st.bounds.hi[2]};
+  d["kick_drift_applied"] = st.kick_drift_applied;
+  d["presorted_used"] = st.presorted_used;
+  return d;
+}
 
 nb::dict bindings::counters_dict(const StoreCounters& c) {
   nb::dict d;
@@ -190,7 +218,38 @@ void bind_store(nb::module_& m) {
       .def("write_i64", [](StoreBox& b, const std::string& f, std::int64_t begin, AnyI64 v) {
         write_field(b, f, begin, v, FieldType::I64);
       })
-      .def("read", &read_field, nb::arg("field"), nb::arg("begin"), nb::arg("count"))
+      .def("read", [](StoreBox& b, const std::string& f, std::int64_t begin,
+                      std::int64_t count) { return read_field(b, f, begin, count, false); },
+           nb::arg("field"), nb::arg("begin"), nb::arg("count"), "The field's pages as they are.")
+      .def("read_values", [](StoreBox& b, const std::string& f, std::int64_t begin,
+                             std::int64_t count) { return read_field(b, f, begin, count, true); },
+           nb::arg("field"), nb::arg("begin"), nb::arg("count"), "The field's values (a derived field's too).")
+      .def("derive_from",
+           [](StoreBox& b, const std::string& f, const std::string& source, std::int64_t offset) {
+             b.get().derive_from(f, source, offset);
+           },
+           nb::arg("field"), nb::arg("source"), nb::arg("offset"))
+      .def("derive_curve_keys",
+           [](StoreBox& b, const std::string& f, const std::string& pos, std::array<double, 3> lo, double scale,
+              int threads) {
+             CurveBox frame;
+             std::copy(lo.begin(), lo.end(), frame.lo);
+             frame.scale = scale;
+             b.get().derive_curve_keys(f, pos, frame, threads > 0 ? threads : omp_get_max_threads());
+           },
+           nb::arg("field"), nb::arg("pos"), nb::arg("frame_lo"), nb::arg("frame_scale"), nb::arg("threads") = 0)
+      .def("forget_derivation", [](StoreBox& b, const std::string& f) { b.get().forget_derivation(f); },
+           nb::arg("field"))
+      .def("materialize",
+           [](StoreBox& b, const std::string& f) {
+             ParticleStore& s = b.get();
+             nb::gil_scoped_release release;
+             s.materialize(f);
+           },
+           nb::arg("field"))
+      .def("derivations", [](const StoreBox& b) { return b.get().derivations(); },
+           "[(field, what it reads as)] of the derived fields")
+      .def_prop_ro("user_writes", [](const StoreBox& b) { return b.get().user_writes(); })
       .def("flush", [](StoreBox& b) {
         ParticleStore& s = b.get();
         nb::gil_scoped_release release;
@@ -244,6 +303,7 @@ void bind_store(nb::module_& m) {
              for (std::size_t k = 0; k < columns.size(); ++k)
                in.push_back({std::get<0>(columns[k]), std::get<1>(columns[k]), values.data() + k * values.shape(1)});
              ParticleStore& s = b.get();
+             s.count_user_write();
              nb::gil_scoped_release release;
              BatchedPageIo io(s.file(), 16);
              AlignedBuffer staging(staging_pages * s.page_bytes());
@@ -285,30 +345,10 @@ void bind_store(nb::module_& m) {
   m.def("store_sort_by_curve",
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
-           bool overlap_reads, bool write_keys,
-           std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> drift_origin,
-           std::optional<std::tuple<std::int64_t, std::array<double, 3>, double, double, double, std::array<double, 3>,
-                                    std::array<double, 3>>>
-               presorted,
-           StreamedBuildBox* tree) {
+           bool overlap_reads, StreamedBuildBox* tree) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
-          config.write_keys = write_keys;
-          if (drift_origin) {
-            AxisBounds b;
-            const auto& [lo, hi] = *drift_origin;
-            std::copy(lo.begin(), lo.end(), b.lo), std::copy(hi.begin(), hi.end(), b.hi);
-            config.drift_origin = b;
-          }
-          if (presorted) {
-            const auto& [run, lo, scale, h, dt, dlo, dhi] = *presorted;
-            PresortedRuns r;
-            r.run = run, r.h = h, r.dt = dt, r.frame.scale = scale;
-            std::copy(lo.begin(), lo.end(), r.frame.lo);
-            std::copy(dlo.begin(), dlo.end(), r.drifted.lo), std::copy(dhi.begin(), dhi.end(), r.drifted.hi);
-            config.presorted = r;
-          }
           if (kick_drift) {
             const auto& [h, dt, lo, hi] = *kick_drift;
             SortKickDrift k{h, dt, {}};
@@ -321,42 +361,19 @@ void bind_store(nb::module_& m) {
             nb::gil_scoped_release release;
             st = sort_store_by_curve(s, config);
           }
-          nb::dict d;
-          d["runs"] = st.runs;
-          d["run_particles"] = st.run_particles;
-          d["seconds_bounds"] = st.seconds_bounds;
-          d["seconds_runs"] = st.seconds_runs;
-          d["seconds_merge"] = st.seconds_merge;
-          d["seconds_permute"] = st.seconds_permute;
-          d["permute_lanes"] = st.permute_lanes;
-          d["permute_in_merge"] = st.permute_in_merge;
-          d["bytes_runs"] = std::vector<std::int64_t>{st.runs_read, st.runs_written};
-          d["bytes_merge"] = std::vector<std::int64_t>{st.merge_read, st.merge_written};
-          d["bytes_permute"] = std::vector<std::int64_t>{st.permute_read, st.permute_written};
-          d["frame_lo"] = std::vector<double>{st.frame.lo[0], st.frame.lo[1], st.frame.lo[2]};
-          d["frame_scale"] = st.frame.scale;
-          d["bounds_lo"] = std::vector<double>{st.bounds.lo[0], st.bounds.lo[1], st.bounds.lo[2]};
-          d["bounds_hi"] = std::vector<double>{st.bounds.hi[0], st.bounds.hi[1], st.bounds.hi[2]};
-          d["kick_drift_applied"] = st.kick_drift_applied;
-          d["presorted_used"] = st.presorted_used;
-          return d;
+          s.forget_derivation("key");  // the pages hold every key now: no derivation stands for them
+          return bindings::sort_stats_dict(st);
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
-        nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true, nb::arg("write_keys") = true,
-        nb::arg("drift_origin").none() = nb::none(),
-        nb::arg("presorted").none() = nb::none(), nb::arg("tree").none() = nb::none(),
-        "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp). "
-        "kick_drift (h, dt, lo, hi): vel += h acc, pos += dt vel as the runs are read, keyed in the frame of "
-        "the predicted bounds [lo, hi] of the drifted positions; 'kick_drift_applied' is False (and the store "
-        "unchanged) when the prediction missed. overlap_reads: with several runs, the next run is read on a "
-        "loader thread meanwhile (shorter runs; the same bits). write_keys False: "
-        "'key' keeps what it held (an observer takes the keys; curve_keys_in_frame makes them again). A field left out of carried keeps its "
-        "pages as they were (the store's derive_from serves ids that are the index plus a constant). drift_origin "
-        "(lo, hi): the bounds of the positions before the drift that made these (a leapfrog step): keyed in "
-        "step_frame(drift_origin, their bounds), as the in-core leapfrog keys them. 'bounds_lo'/'bounds_hi': "
-        "the bounds of the positions sorted. presorted (run, frame_lo, frame_scale, h, dt, drifted_lo, drifted_hi): "
-        "runs made during the walk, used when they match this kick-drift ('presorted_used'). tree (a "
-        "StreamedTreeBuild): builds the out-of-core tree's cells from the particles as the sort writes them.");
+        nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
+        nb::arg("tree").none() = nb::none(),
+        "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp): the "
+        "pieces a step of the paged leapfrog assembles, for tests and benchmarks. kick_drift (h, dt, lo, hi): "
+        "vel += h acc, pos += dt vel as the runs are read, keyed in the frame of the predicted bounds [lo, hi] of "
+        "the drifted positions; 'kick_drift_applied' is False (and the store unchanged) when the prediction "
+        "missed. overlap_reads: with several runs, the next run is read on a loader thread meanwhile (shorter "
+        "runs; the same bits). tree (a StreamedTreeBuild): builds the out-of-core tree's cells from the "
+        "particles as the sort writes them.");
   m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
         nb::arg("overlap_reads") = false,
         "Sort buffer bytes a particle of a run takes (one run needs n times this with overlap_reads False; "
@@ -371,14 +388,6 @@ void bind_store(nb::module_& m) {
           paged_kick_drift(s, h, dt, block);
         },
         nb::arg("store"), nb::arg("h"), nb::arg("dt"), nb::arg("block"), "vel += h acc; pos += dt vel on the pages.");
-  m.def("store_check_forces",
-        [](StoreBox& b, std::int64_t block, double t) {
-          ParticleStore& s = b.get();
-          nb::gil_scoped_release release;
-          check_paged_forces(s, block, t);
-        },
-        nb::arg("store"), nb::arg("block"), nb::arg("t"), "IntegrationError when a force on the pages is not finite.");
-
   m.def("store_read_blocks", &read_blocks, nb::arg("store"), nb::arg("begins"), nb::arg("ends"), nb::arg("threads") = 0,
         "x, y, z, m (each (sum of block lengths,)) of blocks [begins[k], ends[k]) read through PagedParticles by "
         "OpenMP threads in parallel, concatenated in k order.");

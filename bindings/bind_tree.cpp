@@ -14,8 +14,6 @@
 
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
-#include "gravpipe/paged_leapfrog.hpp"
-#include "gravpipe/walk_runs.hpp"
 #include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
@@ -46,7 +44,9 @@ TreeParams params_from(double eps, double G, double theta, bool quadrupole, doub
   return p;
 }
 
-nb::dict stats_dict(const TreeStats& s) {
+}  // namespace
+
+nb::dict bindings::tree_stats_dict(const TreeStats& s) {
   nb::dict d;
   d["n_j"] = s.n_j;
   d["n_i"] = s.n_i;
@@ -66,6 +66,10 @@ nb::dict stats_dict(const TreeStats& s) {
   d["relative_criterion_used"] = s.relative_criterion_used;
   return d;
 }
+
+namespace {
+
+using bindings::tree_stats_dict;
 
 using Rows = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using LinkRows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
@@ -154,7 +158,7 @@ void bind_domain_tree(nb::module_& m) {
       .def_prop_ro("n", &DomainTree::size)
       .def_prop_ro("nodes", [](const DomainTree& t) { return t.grafted_nodes().count(); })
       .def_prop_ro("isa", [](const DomainTree& t) { return isa_name(t.isa()); })
-      .def("stats", [](const DomainTree& t) { return stats_dict(t.stats()); });
+      .def("stats", [](const DomainTree& t) { return tree_stats_dict(t.stats()); });
 }
 
 }  // namespace
@@ -199,7 +203,7 @@ void bind_tree(nb::module_& m) {
       .def_prop_ro("n", &Tree::size)
       .def_prop_ro("isa", [](const Tree& t) { return isa_name(t.isa()); })
       .def_prop_ro("device_name", &Tree::device_name, "The GPU the lists run on (backend 'cuda'), else ''.")
-      .def("stats", [](const Tree& t) { return stats_dict(t.stats()); });
+      .def("stats", [](const Tree& t) { return tree_stats_dict(t.stats()); });
 
   nb::class_<bindings::StreamedBuildBox>(m, "StreamedTreeBuild")
       .def("__init__",
@@ -241,66 +245,13 @@ void bind_tree(nb::module_& m) {
            nb::arg("built").none() = nb::none(), nb::keep_alive<1, 2>(),
            "The out-of-core tree over the store's sorted particles; built (a StreamedTreeBuild that a sort "
            "completed): its cells, taken, instead of a build of its own.")
-      .def(
-          "self_forces",
-          [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field,
-             std::optional<std::tuple<double, double, double, double>> closing_kick,
-             std::optional<
-                 std::tuple<std::int64_t, std::vector<std::string>, std::array<double, 3>, std::array<double, 3>>>
-                 presort,
-             bool kick) -> nb::object {
-            if (!closing_kick) {
-              nb::gil_scoped_release release;
-              t.get().self_forces(acc_field, pot_field);
-              return nb::none();
-            }
-            const auto [h, time, next_h, next_dt] = *closing_kick;
-            AxisBounds next;
-            std::optional<PresortedRuns> runs;
-            {
-              nb::gil_scoped_release release;
-              PagedTree& tree = t.get();
-              PagedClosingKick closing(t.store(), h, time, tree.threads(), next_h, next_dt, kick);
-              std::unique_ptr<WalkRuns> walk_runs;
-              if (presort && next_dt > 0) {
-                const auto& [run, carried, lo, hi] = *presort;
-                StoreSortConfig c{carried, 0, 1};
-                c.kick_drift = SortKickDrift{next_h, next_dt, {}};
-                AxisBounds origin;
-                std::copy(lo.begin(), lo.end(), origin.lo), std::copy(hi.begin(), hi.end(), origin.hi);
-                walk_runs = std::make_unique<WalkRuns>(t.store(), c, run, with_room(origin).cube());
-              }
-              tree.self_forces(acc_field, pot_field,
-                               [&closing, &walk_runs](std::int64_t b, std::int64_t n, const double* acc,
-                                                      const double* pot) {
-                                 if (closing(b, n, acc, pot) && walk_runs) walk_runs->kicked(b, n);
-                               });
-              if (walk_runs) runs = walk_runs->finish();
-              closing.throw_if_bad();
-              next = closing.next_bounds();
-            }
-            nb::object bounds =
-                nb::make_tuple(std::vector<double>(next.lo, next.lo + 3), std::vector<double>(next.hi, next.hi + 3));
-            if (!presort) return bounds;
-            if (!runs) return nb::make_tuple(bounds, nb::none());
-            nb::dict d;
-            d["run"] = runs->run;
-            d["frame_lo"] = std::vector<double>(runs->frame.lo, runs->frame.lo + 3);
-            d["frame_scale"] = runs->frame.scale;
-            d["h"] = runs->h, d["dt"] = runs->dt;
-            d["drifted_lo"] = std::vector<double>(runs->drifted.lo, runs->drifted.lo + 3);
-            d["drifted_hi"] = std::vector<double>(runs->drifted.hi, runs->drifted.hi + 3);
-            return nb::make_tuple(bounds, d);
-          },
-          nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::arg("closing_kick").none() = nb::none(),
-          nb::arg("presort").none() = nb::none(), nb::arg("kick") = true,
-          "Self-gravity into the store's fields. closing_kick (h, t, next_h, next_dt): also vel += h acc run by "
-          "run as the walk writes them (IntegrationError at t if a force is not finite), and return the bounds "
-          "(lo, hi) of the positions the next kick-drift (next_h, next_dt) will give. presort (run, carried, lo, "
-          "hi): also make the next sort's runs of `run` particles during the walk, keyed in "
-          "the frame of the current positions' bounds (lo, hi) with room; returns (bounds, runs or None). "
-          "kick False: closing_kick kicks nothing (a run's first forces): the forces are checked and the bounds "
-          "predicted from the velocities as they are, and presort's runs made from them.")
+      .def("self_forces",
+           [](PagedTreeBox& t, const std::string& acc_field, const std::string& pot_field) {
+             nb::gil_scoped_release release;
+             t.get().self_forces(acc_field, pot_field);
+           },
+           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot",
+           "Self-gravity into the store's fields (an empty acc_field: the potentials alone).")
       .def_prop_ro("cell_count", [](const PagedTreeBox& t) { return t.get().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedTreeBox& t) { return t.get().cell_cache_bytes(); })
       .def_prop_ro("copy_peak_bytes", [](const PagedTreeBox& t) { return t.get().copy_peak_bytes(); },
@@ -312,7 +263,7 @@ void bind_tree(nb::module_& m) {
           "Runs of groups a thread whose pages the walk loads ahead of the threads (0: off); I/O only. Default 4, or 0 "
           "when the scratch file is in memory (tmpfs: no latency to hide).")
       .def_prop_ro("isa", [](const PagedTreeBox& t) { return isa_name(t.get().isa()); })
-      .def("stats", [](const PagedTreeBox& t) { return stats_dict(t.get().stats()); });
+      .def("stats", [](const PagedTreeBox& t) { return tree_stats_dict(t.get().stats()); });
   m.def("paged_tree_copy_allowance", &PagedTree::copy_allowance, nb::arg("n_crit"), nb::arg("n_leaf"),
         "bytes of particle blocks one thread holds copied out of the pages at most (the budget plans them)");
   m.def("paged_tree_least_bytes", &PagedTree::least_bytes, nb::arg("cells"), nb::arg("groups"),
@@ -344,7 +295,7 @@ void bind_tree(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>(),
            "Forces on pos_i; the j-set itself with exclude = own index is self-gravity.")
       .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
-      .def("tree_stats", [](const TreeForceProvider& p) { return stats_dict(p.tree_stats()); })
+      .def("tree_stats", [](const TreeForceProvider& p) { return tree_stats_dict(p.tree_stats()); })
       .def_prop_ro("frame", [](const TreeForceProvider& p) -> std::optional<std::tuple<std::array<double, 3>, double>> {
         const std::optional<CurveBox> f = p.frame();
         if (!f) return std::nullopt;

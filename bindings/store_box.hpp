@@ -8,6 +8,8 @@
 
 #include "gravpipe/error.hpp"
 #include "gravpipe/particle_store.hpp"
+#include "gravpipe/store_sort.hpp"
+#include "gravpipe/tree.hpp"
 
 namespace gravpipe::bindings {
 
@@ -63,5 +65,9 @@ class StoreBound {
 
 /// Page-cache counters as a dict (the store's, and the out-of-core tree's cell cache).
 nanobind::dict counters_dict(const StoreCounters& c);
+/// A tree's counters and stage seconds as a dict (bind_tree.cpp).
+nanobind::dict tree_stats_dict(const TreeStats& s);
+/// An external sort's details as a dict (bind_store.cpp).
+nanobind::dict sort_stats_dict(const StoreSortStats& s);
 
 }  // namespace gravpipe::bindings

@@ -34,9 +34,9 @@ RUN = int(_core.sort_run_bytes_per_particle(False, False))
 RUN_KD = int(_core.sort_run_bytes_per_particle(True, False))
 
 
-def _least(n: int, threads: int, n_leaf: int = 16) -> int:
+def _least(n: int, threads: int, n_leaf: int = 16, **limits) -> int:
     with pytest.raises(MemoryBudgetError) as e:
-        plan_budget(n, 1 << 16, PAGE, threads, n_leaf)
+        plan_budget(n, 1 << 16, PAGE, threads, n_leaf, **limits)
     return int(e.value.least_budget)
 
 
@@ -183,10 +183,10 @@ def test_ids_written_from_the_index_or_carried_follow_their_particles(tmp_path, 
     sim.evolve(3 * dt)
     with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE + buffer, chunk=1000, eps=EPS, threads=2,
                                   page_bytes=PAGE, sort_buffer=buffer) as o:
-        assert ("id" not in o._carried()) == derived
+        assert ("id" not in o.carried) == derived
         for _ in range(3):
             st = o.step(dt)
-        assert st.kick_drift_in_sort and ("id" not in o._carried()) == derived
+        assert st.kick_drift_in_sort and ("id" not in o.carried) == derived
         assert (st.sort_detail["runs"] > 1) == (buffer < RUN_KD * n)
         got = {f: o.gather(f) for f in ("id", "pos", "vel")}
         assert np.array_equal(o.store.read("id", 0, n), new_ids[o.store.read("index", 0, n)])
@@ -206,10 +206,10 @@ def test_ids_rewritten_through_the_store_are_carried_not_overwritten(tmp_path):
     with OutOfCore.from_particles(p, tmp_path, "64MiB", eps=EPS, threads=2, page_bytes=PAGE,
                                   sort_buffer=RUN_KD * 1024) as o:
         o.step(dt)
-        assert "id" not in o._carried()
+        assert "id" not in o.carried
         new_ids = o.store.read("index", 0, n) * 3 + 11  # by caller index, in the store's order
         o.store.write("id", 0, new_ids)
-        assert "id" in o._carried()
+        assert "id" in o.carried
         o.step(dt), o.step(dt)
         assert np.array_equal(o.gather("id"), np.arange(n) * 3 + 11)
 
@@ -225,7 +225,7 @@ def test_checkpoint_resume_keeps_ids_written_from_the_index(tmp_path):
         o.step(dt)
         o.write_checkpoint(tmp_path / "c.h5", {}, {})
         with OutOfCore.from_checkpoint(tmp_path / "c.h5", tmp_path, "64MiB", chunk=700, **kw) as r:
-            assert "id" not in r._carried() and "id" not in o._carried()
+            assert "id" not in r.carried and "id" not in o.carried
             for ooc in (o, r):
                 ooc.step(dt), ooc.step(dt)
             for f in ("pos", "vel", "mass", "id", "index", "key"):
@@ -248,12 +248,12 @@ def test_sort_kick_drift_checks_its_predicted_frame(tmp_path):
         lo, hi = list(pos.min(0)), list(pos.max(0))
         missed = list(lo)
         missed[0] = float(np.nextafter(lo[0], -np.inf))  # the frame's corner one ulp off
-        d = o.sort(kick_drift=(h, dt, missed, hi))
-        assert d["runs"] > 1 and not d["kick_drift_applied"] and not o._sorted
+        d = _core.store_sort_by_curve(o.store._core, o.carried, RUN * 1024, 1, (h, dt, missed, hi))
+        assert d["runs"] > 1 and not d["kick_drift_applied"]
         for f, v in before.items():
             assert np.array_equal(o.store.read(f, 0, n), v), f
-        d = o.sort(kick_drift=(h, dt, lo, hi))
-        assert d["kick_drift_applied"] and o._sorted
+        d = _core.store_sort_by_curve(o.store._core, o.carried, RUN * 1024, 1, (h, dt, lo, hi))
+        assert d["kick_drift_applied"]
         fused = {f: o.store.read(f, 0, n) for f in ("pos", "vel", "id", "key")}
     with OutOfCore.from_particles(p, tmp_path, budget, **kw) as o:
         o.forces()
@@ -346,12 +346,12 @@ def test_first_forces_prepare_the_first_steps_kick_drift_and_sort(tmp_path):
         (tmp_path / d).mkdir()
     with OutOfCore.from_particles(p, tmp_path / "a", _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
                                   page_bytes=PAGE) as o:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         with pytest.raises(ValueError, match="next_dt: must be > 0"):
             o.forces(next_dt=0.0)
         o.forces(next_dt=dt)
         assert np.array_equal(o.gather("vel"), p.vel)  # not kicked
-        assert o._next_bounds is not None and o._presorted is not None
+        assert o.prepared == {"next_dt": dt, "runs": True}
         steps = [o.step(dt) for _ in range(3)]
         assert all(st.kick_drift_in_sort and st.kick_drift == 0 for st in steps)
         assert all(st.sort_detail["presorted_used"] for st in steps)
@@ -359,7 +359,7 @@ def test_first_forces_prepare_the_first_steps_kick_drift_and_sort(tmp_path):
         assert np.array_equal(o.gather("vel"), sim.particles.vel)
     with OutOfCore.from_particles(p, tmp_path / "b", _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
                                   page_bytes=PAGE) as o:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         o.forces(next_dt=dt)
         st = o.step(dt / 2)  # not the step the forces prepared
         assert not st.kick_drift_in_sort and st.kick_drift > 0 and not st.sort_detail["presorted_used"]
@@ -379,7 +379,7 @@ def test_first_forces_with_a_next_step_check_that_every_force_is_finite(tmp_path
 
 
 @pytest.mark.parametrize("threads,page", [(1, PAGE), (2, PAGE), (2, 3 * PAGE)])
-def test_cells_paged_through_a_few_frames_bitwise_equal(tmp_path, threads, page, monkeypatch):
+def test_cells_paged_through_a_few_frames_bitwise_equal(tmp_path, threads, page):
     """With the fewest cell frames (the tree told to leave the rest of the budget free) the
     tree's cells do not fit their cache (a handful of frames for the 70 pages of cell records): the build,
     the moments and the walk read and write cell pages through it, and the forces still
@@ -393,18 +393,18 @@ def test_cells_paged_through_a_few_frames_bitwise_equal(tmp_path, threads, page,
         plan_budget(n, 1 << 16, page, threads, 16)
     with OutOfCore.from_particles(p, tmp_path, int(e.value.least_budget), eps=EPS, threads=threads,
                                   page_bytes=page) as o:
-        monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads, *limits: 1 << 50)
+        o.options.keep_free = 1 << 50
         st = o.forces()
         assert np.array_equal(o.gather("acc"), a0) and np.array_equal(o.gather("pot"), pot0)
         assert st.cell_cache_bytes < 0.6 * st.cells * 128  # not even the walk records fit
         assert st.cell_bytes_read > 0 and st.cell_bytes_written > 0  # cell pages really moved
         assert st.bytes_read > st.cell_bytes_read  # and are counted in the step's traffic
-        c = o._tree.cell_counters()  # the walk's misses hinted the next pages: some came in ahead
+        c = st.cell_counters  # the walk's misses hinted the next pages: some came in ahead
         assert c["prefetched"] > 0 and c["pages_read"] >= c["prefetched"]
 
 
 
-def test_cells_through_sets_of_slots_that_evict_bitwise_equal(tmp_path, monkeypatch):
+def test_cells_through_sets_of_slots_that_evict_bitwise_equal(tmp_path):
     """A cell cache of some sixty frames for ~290 pages of records: each reader's slots form
     eight-way sets (16 slots, two sets) whose pages are evicted and pinned again all through
     the walk, and the forces equal the in-core tree's bit for bit."""
@@ -415,7 +415,7 @@ def test_cells_through_sets_of_slots_that_evict_bitwise_equal(tmp_path, monkeypa
     # the particles' cache fixed, and all but ~60 frames of the rest kept from the cells
     with OutOfCore.from_particles(p, tmp_path, 26_000_000, eps=EPS, threads=2, page_bytes=PAGE,
                                   cache_bytes=1_680_000) as o:
-        monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads, *limits: 24_000_000)
+        o.options.keep_free = 24_000_000
         st = o.forces()
         frames, pages = st.cell_cache_bytes // PAGE, st.cells * 128 // PAGE
         assert 50 <= frames < pages // 2  # 16 slots a reader (3 readers), records not resident
@@ -501,14 +501,16 @@ def test_flipped_bit_in_the_cell_file_raises_checksum_error(tmp_path, in_sort):
     o = OutOfCore.from_particles(p, tmp_path, _least(n, 2), eps=EPS, threads=2, page_bytes=PAGE,
                                  sort_buffer=int(_core.least_sort_buffer(n)))
     try:
-        o.tree_in_sort = in_sort
-        d = o.sort()
-        assert d.get("tree_in_sort", False) == in_sort, d.get("tree_declined")
         q = o.params
+        built = _core.StreamedTreeBuild(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
+                                        q["n_leaf"], q["n_crit"], q["threads"]) if in_sort else None
+        _core.store_sort_by_curve(o.store._core, o.carried, o.plan.sort_buffer, 2, tree=built)
+        assert (built is not None and built.complete) == in_sort, built and built.declined
         tree = _core.PagedTree(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
                                q["n_leaf"], q["n_crit"], q["threads"], q["precision"], q["local_expansion"],
                                q["isa"], 1 << 50,  # keep the whole budget free: the fewest cell frames
-                               built=o._built[0] if in_sort else None)
+                               built=built)
+        del built
         cell_files = [f for f in os.listdir(tmp_path) if str(tmp_path / f) != o.store.path]
         assert len(cell_files) == 1
         path = str(tmp_path / cell_files[0])
@@ -540,11 +542,11 @@ def test_a_tree_outliving_its_closed_store_is_safe(tmp_path):
     p = gp.ic.plummer(n, seed=4)
     o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 64 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
     o.forces()
-    tree = o._tree  # what a traceback's frame would hold
+    impl = o._impl  # what a traceback's frame would hold: the integrator, its tree and cells
     o.close()
     with pytest.raises(ValueError, match="closed"):
-        tree.self_forces()
-    del tree
+        impl.step(1 / 64)
+    del impl
     gc.collect()
     assert os.listdir(tmp_path) == []
 
@@ -561,7 +563,7 @@ def test_budget_too_small_names_the_least_budget(tmp_path):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, monkeypatch, threads):
+def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, threads):
     """What this proves: the least budget plan_budget names is enough for whole steps, not
     just to open the store: at exactly that budget (the particles' cache its fewest frames,
     so each thread's lease soon holds its share and copies its blocks, which come out of the
@@ -576,17 +578,16 @@ def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, monkeypatc
     # the kick passes' blocks made small: their 4.5 MiB would hide a shortfall elsewhere (with
     # no room for copied blocks, 2 threads raise MemoryBudgetError at this budget: checked
     # by hand, so the test can fail)
-    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 16)
     n, dt = 4000, 1 / 64
     p = gp.ic.plummer(n, seed=12)
     sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=threads)
     sim.evolve(3 * dt)
-    least = _least(n, threads)
+    least = _least(n, threads, kick_block=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MemoryBudgetWarning)  # the walk's cache is thin: it warns
-        o = OutOfCore.from_particles(p, tmp_path, least, eps=EPS, threads=threads, page_bytes=PAGE)
+        o = OutOfCore.from_particles(p, tmp_path, least, eps=EPS, threads=threads, page_bytes=PAGE, kick_block=16)
     with o:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         for _ in range(3):
             st = o.step(dt)
         # the tree's build rides on the sort where the permute leaves it room; at this least
@@ -596,7 +597,7 @@ def test_steps_at_the_least_budget_bitwise_equal_to_in_core(tmp_path, monkeypatc
         assert o.store._core.budget_peak <= least
         # copies were made (the leases are full at this budget), and held within the bound
         # the budget plans for each thread: a run's sinks and one source piece
-        assert 0 < o._tree.copy_peak_bytes <= ooc_mod.copy_allowance(o.params["n_crit"], o.params["n_leaf"])
+        assert 0 < st.copy_peak_bytes <= ooc_mod.copy_allowance(o.params["n_crit"], o.params["n_leaf"])
         assert np.array_equal(o.gather("pos"), sim.particles.pos)
         assert np.array_equal(o.gather("vel"), sim.particles.vel)
     assert os.listdir(tmp_path) == []
@@ -683,7 +684,7 @@ def test_tree_built_in_the_sort_equals_the_tree_built_after_it(tmp_path, model, 
         budget = _least(n, 2, n_leaf) + 64 * PAGE + 4 * n * 40
         with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=2, n_leaf=n_leaf, n_crit=n_crit,
                                       page_bytes=PAGE, sort_buffer=int(_core.least_sort_buffer(n))) as o:
-            o.tree_in_sort = in_sort
+            o.options.tree_in_sort = in_sort
             st = o.forces()
             assert st.sort_detail["runs"] >= 2  # the merge and the permute ran
             if in_sort:
@@ -711,7 +712,7 @@ def test_keys_left_out_of_the_sort_read_as_the_keys_it_would_have_written(tmp_pa
     for in_sort in (True, False):
         with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
                                       page_bytes=PAGE) as o:
-            o.presort, o.presort_run, o.tree_in_sort = True, 1024, in_sort
+            o.options.presort, o.options.presort_run, o.options.tree_in_sort = True, 1024, in_sort
             o.forces(next_dt=dt)
             steps = [o.step(dt) for _ in range(2)]
             assert all(st.sort_detail["runs"] > 1 and st.sort_detail["presorted_used"] for st in steps)
@@ -748,7 +749,7 @@ def test_aio_contexts_and_cell_files_are_made_once_then_reused(tmp_path):
     sim.evolve(4 * dt)
     with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2,
                                   page_bytes=PAGE) as o:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         o.forces(next_dt=dt)
         o.step(dt)
         made, files = o.store.stats()["aio_contexts_made"], sorted(os.listdir(tmp_path))
@@ -796,7 +797,7 @@ def test_cells_built_in_the_sort_are_refused_by_a_tree_of_other_parameters(tmp_p
         q = o.params
         built = _core.StreamedTreeBuild(o.store._core, q["eps"], q["G"], q["theta"], q["quadrupole"], q["quad_tol"],
                                         q["n_leaf"], q["n_crit"], q["threads"])
-        d = _core.store_sort_by_curve(o.store._core, o._carried(), o.plan.sort_buffer, 2, tree=built)
+        d = _core.store_sort_by_curve(o.store._core, o.carried, o.plan.sort_buffer, 2, tree=built)
         assert d["runs"] > 1 and built.complete and built.declined == ""
         def tree(theta):
             return _core.PagedTree(o.store._core, q["eps"], q["G"], theta, q["quadrupole"], q["quad_tol"],
@@ -850,20 +851,17 @@ def test_cli_run_and_ic_out_of_core(tmp_path):
     assert main(["run", "--gravity", "direct", "--memory-budget", "48MiB", "--scratch", str(scratch)]) == 2
 
 
-def test_groups_beyond_the_plan_raise_memory_budget_error(tmp_path, monkeypatch):
+def test_groups_beyond_the_plan_raise_memory_budget_error(tmp_path):
     """The budget plans ~1/48 groups a particle (the cells themselves are paged, however many
     there are); a tree with more groups than planned and no room for them stops with
     MemoryBudgetError naming the least budget (from the core's charge), never an OOM kill."""
-    import gravpipe.ooc as ooc_mod
     n = 6000
     p = gp.ic.plummer(n, seed=1)
-    monkeypatch.setattr(ooc_mod, "GROUPS_PER_PARTICLE_AT_256", 1e-6)  # plan for almost no groups
-    monkeypatch.setattr(ooc_mod, "KICK_BLOCK", 16)  # and little room for anything else
-    monkeypatch.setattr(ooc_mod, "copy_allowance", lambda *limits: 0)
-    monkeypatch.setattr(ooc_mod, "tree_keep_free", lambda n, threads, *limits: 0)
-    budget = _least(n, 1)
+    # plan for almost no groups, and little room for anything else
+    limits = dict(groups_per_particle_at_256=1e-6, kick_block=16, keep_free=0)
+    budget = _least(n, 1, **limits)
     with OutOfCore.from_particles(p, tmp_path, budget, eps=EPS, threads=1, page_bytes=PAGE,
-                                  n_crit=16) as o:
+                                  n_crit=16, **limits) as o:
         with pytest.raises(MemoryBudgetError, match="groups.*least budget that works") as e:
             o.forces()
         assert e.value.least_budget > budget
@@ -998,7 +996,7 @@ def _presort_pair(tmp_path, p, dt, steps, between=None):
         d.mkdir()
         with OutOfCore.from_particles(p, d, _least(len(p.mass), 2) + 96 * PAGE, eps=EPS, threads=2,
                                       page_bytes=PAGE) as o:
-            o.presort, o.presort_run = presort, 1024  # several runs of a small store
+            o.options.presort, o.options.presort_run = presort, 1024  # several runs of a small store
             details = []
             for k in range(steps):
                 o.store.reset_stats()
@@ -1063,27 +1061,29 @@ def test_flipped_bit_in_a_page_the_walks_worker_reads_past_the_cache(tmp_path, m
     not used; the scratch file is removed."""
     n, dt = 6000, 1 / 64
     p = gp.ic.plummer(n, seed=10)
-    walk = OutOfCore._tree_forces
-    flipped = []
+    import gravpipe.ooc as ooc_mod
+    measure = ooc_mod._StageMeter.__call__
+    armed, flipped = [], []
 
-    def corrupt_then_walk(self, st, closing_kick=None, presort=False):
-        if closing_kick is not None and presort and not flipped:
+    def corrupt_after_the_sort(meter, stage):  # told where each stage of the step ends
+        measure(meter, stage)
+        if stage == "sort" and armed and not flipped:
             # after this step's sort: the index is read in this walk by the worker alone
-            self.store.evict_all()
-            flipped.append(self.store.page_of("index", 0, n // 2))
-            _flip_a_bit(self.store.path, flipped[0] * PAGE + 8)
-        return walk(self, st, closing_kick, presort)
+            o.store.evict_all()
+            flipped.append(o.store.page_of("index", 0, n // 2))
+            _flip_a_bit(o.store.path, flipped[0] * PAGE + 8)
 
-    monkeypatch.setattr(OutOfCore, "_tree_forces", corrupt_then_walk)
+    monkeypatch.setattr(ooc_mod._StageMeter, "__call__", corrupt_after_the_sort)
     o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
     try:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         o.forces()
+        armed.append(True)
         o.store.reset_stats()
         with pytest.raises(ChecksumError, match=r"\(field 'index' component 0, particles .*is corrupt") as e:
             o.step(dt)
         assert e.value.page == flipped[0] and o.store.stats()["read_past"] > 0
-        assert o._presorted is None
+        assert not o.prepared["runs"]
         del e  # its traceback holds the walk's tree (and its cell file) alive
     finally:
         o.close()
@@ -1100,7 +1100,7 @@ def test_flipped_bit_met_by_the_merge_or_the_permute_lane_beside_it(tmp_path, fi
     p = gp.ic.plummer(n, seed=11)
     o = OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2, page_bytes=PAGE)
     try:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         o.forces(next_dt=dt)
         st = o.step(dt)  # its sort's runs were made by the first walk
         assert st.sort_detail["presorted_used"] and st.sort_detail["permute_in_merge"]
@@ -1132,8 +1132,8 @@ CELLS_DISK_FULL = textwrap.dedent("""
     p = gp.Particles(np.concatenate([half.pos, half.pos + 3e-5]), np.concatenate([half.vel, half.vel]),
                      np.concatenate([half.mass, half.mass]) / 2)
     with OutOfCore.from_particles(p, scratch, budget, eps=1e-2, threads=2, page_bytes=page, n_leaf=1) as o:
-        o.tree_in_sort = in_sort
-        o.presort, o.presort_run = True, 1024
+        o.options.tree_in_sort = in_sort
+        o.options.presort, o.options.presort_run = True, 1024
         o.step(1 / 64)
         st = o.step(1 / 64)
         print("IN SORT", st.sort_detail.get("tree_in_sort", False))
@@ -1181,9 +1181,9 @@ RUNS_DISK_FULL = textwrap.dedent("""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG instead of a signal
     p = gp.ic.plummer(6000, seed=10)
     with OutOfCore.from_particles(p, scratch, budget, eps=1e-2, threads=2, page_bytes=page) as o:
-        o.presort, o.presort_run = True, 1024
+        o.options.presort, o.options.presort_run = True, 1024
         first = o.step(1 / 64)
-        print("FIRST", first.sort_detail["presorted_used"], o._presorted is not None)
+        print("FIRST", first.sort_detail["presorted_used"], o.prepared["runs"])
         o.store.flush()  # the first walk's runs reach the file
         # the 'disk' now ends where the sort's twins begin (column-major pages: every field,
         # then every twin): the second sort reads the runs and writes below the limit; the

@@ -143,8 +143,7 @@ class PagedRun(RunLoop):
         self._run_dir = None
         try:
             if restart is None:
-                self._origin, self._steps = settings.t0, 0
-                run.t = settings.t0
+                run.dt, run.t = settings.dt, settings.t0
                 t0 = _time.perf_counter()
                 run.forces(next_dt=settings.dt)  # and the first step's kick-drift and sort prepared
                 self._startup_seconds = _time.perf_counter() - t0
@@ -161,7 +160,7 @@ class PagedRun(RunLoop):
             else:
                 self.config, state, self.history = restart
                 self._precise_energy = self.config.precise_energy
-                self._origin, self._steps = float(state["grid_origin"]), int(state["steps"])
+                run.dt = settings.dt  # its steps and grid origin came with the checkpoint
                 # every checkpoint records a row first: its counts are the run's so far
                 last = self.history[-1] if self.history else {}
                 self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
@@ -173,11 +172,11 @@ class PagedRun(RunLoop):
     @property
     def time(self) -> float:
         """The current time (N-body time units): grid_origin + steps * dt, as in core."""
-        return self._origin + self._steps * self.quantum
+        return self._run.t
 
     @property
     def grid_origin(self) -> float:
-        return self._origin
+        return self._run.grid_origin
 
     @property
     def quantum(self) -> float:
@@ -249,32 +248,19 @@ class PagedRun(RunLoop):
 
     def _advance_to(self, t: float) -> None:
         """Whole steps of dt to ``t``; off the grid, one shortened step to ``t`` that
-        becomes the new grid origin (the in-core leapfrog's evolve_to)."""
+        becomes the new grid origin: the integrator's evolve_to."""
         self._stepping = True
-        dt = self.quantum
-        want = (t - self._origin) / dt
-        whole = round(want)
-        on_grid = abs(want - whole) <= 1e-9 * max(1.0, abs(whole))
-        target = int(whole if on_grid else math.floor(want))
-        while self._steps < target:
-            self._step(dt)
-            self._steps += 1
-            self._run.t = self.time
-        if not on_grid:
-            self._step(t - self.time)
-            self._origin, self._steps = t, 0
-            self._run.t = t
+        self._step(self._run.evolve_to(t))
 
-    def _step(self, dt: float) -> None:
-        st = self._run.step(dt)
+    def _step(self, st: StepTimes) -> None:
+        """Add the steps of ``st`` (evolve_to's sums) to this process's."""
         total = self._steps_total
         for f in ("kick_drift", "sort", "build", "moments", "walk_forces"):
             setattr(total, f, getattr(total, f) + getattr(st, f))
         total.bytes_read += st.bytes_read
         total.bytes_written += st.bytes_written
-        ts = self._run.tree_stats
-        self._interactions += int(ts.pp_interactions + ts.pc_interactions)
-        self._steps_this_process += 1
+        self._interactions += st.interactions
+        self._steps_this_process += st.steps
 
     # ---- diagnostics ---------------------------------------------------------------------
     def _blocks(self, fields: list[str]):
@@ -318,7 +304,7 @@ class PagedRun(RunLoop):
     def write_checkpoint(self, path: str | Path) -> Path:
         """A snapshot plus the exact state (the forces of the last evaluation, the caller's
         order, the curve keys, the step counters) and the diagnostics history, streamed."""
-        state: dict[str, Any] = {"steps": np.int64(self._steps), "grid_origin": float(self._origin)}
+        state: dict[str, Any] = {}  # the integrator adds its steps and grid origin
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])

@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import numpy as np
@@ -146,14 +145,6 @@ def page_count(n: int, page_bytes: int, extra_fields: Mapping[str, int | tuple[i
     return int(_core.ParticleStore.page_count(int(n), _field_list(extra_fields), int(page_bytes)))
 
 
-@dataclass(frozen=True)
-class _Derivation:
-    """A field read as what other fields make it: values(begin, end) -> int64 (end - begin,)."""
-    sources: tuple[str, ...]
-    values: Callable[[int, int], np.ndarray]
-    what: str
-
-
 class ParticleStore:
     """Particles [0, n) in pages of a scratch file in ``scratch``, with an in-core cache
     within ``memory_budget``.
@@ -202,12 +193,6 @@ class ParticleStore:
             int(threads or 0))
         _warn_stale(self._core.stale_files_removed)
         self.n = int(n)
-        #: calls of write() per field (the C++ core's own writes, such as the sort's, are not
-        #: counted): lets an owner notice a field rewritten behind its back
-        self.writes: dict[str, int] = {}
-        #: int64 fields read as what other fields make them (derive_from, derive_curve_keys),
-        #: their own pages left as they are
-        self._derived: dict[str, _Derivation] = {}
 
     @staticmethod
     def least_budget(n: int, page_bytes: str | int = DEFAULT_PAGE_BYTES,
@@ -237,88 +222,60 @@ class ParticleStore:
         ids that are the caller's index plus a constant, which the sort then neither carries
         nor writes (N = 1e7: 80 MB less to the disk a step). A write to ``field`` or to
         ``source`` through this store first writes the derived values into ``field``'s pages
-        and ends it (as does :meth:`materialize`)."""
-        self._check_derivation(field, (source,), (1, "i64"))
-        offset = int(offset)
-        wrap = np.uint64(offset % (1 << 64))
-
-        def values(b: int, e: int) -> np.ndarray:
-            return (self._core.read(source, b, e - b).view(np.uint64) + wrap).view(np.int64)
-        self._derived[field] = _Derivation((source,), values, f"{source} + {offset}")
+        and ends it (as does :meth:`materialize`). The derivation lives in the core's store
+        (ParticleStore::derive_from), where the paged leapfrog sees it too."""
+        self.field(field), self.field(source)
+        wrapped = int(offset) % (1 << 64)  # as int64 arithmetic wraps
+        self._core.derive_from(field, source, wrapped - (1 << 64) if wrapped >= (1 << 63) else wrapped)
 
     def derive_curve_keys(self, field: str, pos: str, frame_lo: Sequence[float], frame_scale: float,
                           threads: int | None = None) -> None:
         """From now on ``field`` reads as the curve keys of ``pos`` in the frame (frame_lo,
-        frame_scale) of a sort (store_sort_by_curve's, which then need not write them:
-        write_keys=False; N = 1e7, 80 MB less to the disk a step): the bits that sort gave
-        them, as long as ``pos`` is not moved. Its own pages are left as they are; a write to
-        it or to ``pos`` through this store first writes the keys into its pages and ends it
-        (as does :meth:`materialize`, for readers of the pages such as the tree's build)."""
-        self._check_derivation(field, (pos,), (3, "f64"))
-        lo, scale, nthreads = np.array(frame_lo, np.float64), float(frame_scale), int(threads or 0)
+        frame_scale) of a sort (the bits that sort gave them, as long as ``pos`` is not
+        moved). Its own pages are left as they are; a write to it or to ``pos`` through this
+        store first writes the keys into its pages and ends it (as does :meth:`materialize`,
+        for readers of the pages such as the tree's build)."""
+        self.field(field), self.field(pos)
+        lo, scale = np.array(frame_lo, np.float64), float(frame_scale)
         if lo.shape != (3,) or not (np.isfinite(lo).all() and np.isfinite(scale) and scale >= 0):
             raise ValueError(f"store: a frame is a corner (3,) and a scale >= 0, got {frame_lo!r}, {frame_scale!r}")
-
-        def values(b: int, e: int) -> np.ndarray:
-            return _core.curve_keys_in_frame(self._core.read(pos, b, e - b), lo, scale, nthreads).view(np.int64)
-        self._derived[field] = _Derivation((pos,), values, f"curve keys of {pos} in a sort's frame")
-
-    def _check_derivation(self, field: str, sources: tuple[str, ...], source_shape: tuple[int, str]) -> None:
-        if self.field(field) != (1, "i64"):
-            raise ValueError(f"store: a derived field must be an int64 scalar field, {field!r} is not")
-        for source in sources:
-            if self.field(source) != source_shape:
-                raise ValueError(f"store: {field!r} cannot be derived from {source!r}, which is not "
-                                 f"{source_shape[1]} with {source_shape[0]} component(s)")
-        sourced = {src for d in self._derived.values() for src in d.sources}
-        if field in sources or field in sourced or any(src in self._derived for src in sources):
-            raise ValueError(f"store: {field!r} cannot be derived from {', '.join(map(repr, sources))}")
+        self._core.derive_curve_keys(field, pos, lo.tolist(), scale, int(threads or 0))
 
     @property
     def derived(self) -> dict[str, str]:
         """{field: what it reads as} of the fields that derive_from or derive_curve_keys made."""
-        return {field: d.what for field, d in self._derived.items()}
+        return dict(self._core.derivations())
 
     def forget_derivation(self, field: str) -> None:
         """End a derivation without writing anything: the owner has written the field's pages
-        itself (through the core, which this store does not watch)."""
-        self._derived.pop(field, None)
+        itself."""
+        self._core.forget_derivation(field)
 
-    def materialize(self, field: str, chunk: int = 1 << 20) -> None:
+    def materialize(self, field: str) -> None:
         """Write a derived field's values into its pages and end its derivation (nothing for a
         field that is not derived)."""
-        d = self._derived.get(field)
-        if d is None:
-            return
-        for b in range(0, self.n, chunk):
-            self._core.write_i64(field, b, d.values(b, min(self.n, b + chunk)))
-        del self._derived[field]
-        self._core.set_stale(field, False)
+        self._core.materialize(field)
 
     def write(self, field: str, begin: int, values: np.ndarray) -> None:
         """Particles [begin, begin + len(values)) of ``field``: shape (count, components), or
-        (count,) for scalar fields; float64 (int64 for ``id``)."""
+        (count,) for scalar fields; float64 (int64 for ``id``). Derived fields that read
+        ``field`` (or are it) are written into their pages first."""
         comps, dtype = self.field(field)
         arr = np.ascontiguousarray(values, dtype=_DTYPES[dtype])
         want = (len(arr),) if comps == 1 else (len(arr), comps)
         if arr.ndim == 0 or arr.shape != want:
             raise ValueError(f"store: field {field!r} takes shape (count,{'' if comps == 1 else f' {comps}'}), "
                              f"got {np.shape(values)}")
-        for derived in [f for f, d in self._derived.items() if field == f or field in d.sources]:
-            self.materialize(derived)
         if dtype == "f64":
             self._core.write_f64(field, int(begin), arr)
         else:
             self._core.write_i64(field, int(begin), arr)
-        self.writes[field] = self.writes.get(field, 0) + 1
 
     def read(self, field: str, begin: int, end: int) -> np.ndarray:
         """Particles [begin, end) of ``field``: (end - begin, components) or (end - begin,)."""
         if end < begin:
             raise ValueError(f"store: end {end} < begin {begin}")
-        if field in self._derived:
-            return self._derived[field].values(int(begin), int(end))
-        return self._core.read(field, int(begin), int(end) - int(begin))
+        return self._core.read_values(field, int(begin), int(end) - int(begin))
 
     def read_blocks(self, begins: Sequence[int], ends: Sequence[int], threads: int | None = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -390,8 +347,6 @@ class ParticleStore:
         if not columns:
             return
         self._core.write_through(columns, int(begin), np.ascontiguousarray(np.stack(rows)), int(staging_pages))
-        for field in values:
-            self.writes[field] = self.writes.get(field, 0) + 1
 
     def page_of(self, field: str, component: int, index: int) -> int:
         """The scratch-file page holding component ``component`` of particle ``index``."""

@@ -1,5 +1,5 @@
 // The leapfrog's arithmetic on one element (one component of one particle), written once:
-// the in-core step (leapfrog.cpp), the out-of-core passes (paged_leapfrog.cpp), the
+// the in-core step (leapfrog.cpp), the out-of-core passes (paged_kick.cpp), the
 // kick-drift inside the external sort (store_sort.cpp) and the closing kick's prediction of
 // the next positions must give the same bits, so they all call these.
 #pragma once

@@ -69,7 +69,4 @@ class PagedClosingKick {
   std::int64_t first_bad_ = -1;
 };
 
-/// The closing kick's IntegrationError check alone, block by block (after the first forces of a run).
-void check_paged_forces(ParticleStore& s, std::int64_t block, double t);
-
 }  // namespace gravpipe

@@ -22,6 +22,7 @@
 
 #include "gravpipe/aio_context_pool.hpp"
 #include "gravpipe/batched_page_io.hpp"
+#include "gravpipe/curve_order.hpp"
 #include "gravpipe/memory_budget.hpp"
 #include "gravpipe/page_cache.hpp"
 #include "gravpipe/page_file.hpp"
@@ -164,6 +165,34 @@ class ParticleStore {
   /// every value (the out-of-core tree's build, of the keys) refuse a stale field.
   void set_stale(const std::string& field, bool stale);
   bool stale(const std::string& field) const;
+
+  /// Derived fields (derived_fields.cpp): an int64 field read through read_values as what
+  /// another field makes it, its own pages left as they are and no longer written: ids that
+  /// are the caller's index plus a constant (the sort then neither carries nor writes them;
+  /// N = 1e7, 80 MB less to the disk a step), or the curve keys of the positions in a sort's
+  /// frame (a sort that gave them to a tree build instead of the disk). write_values to the
+  /// field or to its source first writes the derived values into the field's pages and ends
+  /// the derivation, as does materialize() (for readers of the pages: the tree's build).
+  /// read() and write() see the pages only: the owner of a derivation keeps it true.
+  void derive_from(const std::string& field, const std::string& source, std::int64_t offset);
+  void derive_curve_keys(const std::string& field, const std::string& pos, const CurveBox& frame, int threads);
+  /// End a derivation without writing anything (its owner has written the pages).
+  void forget_derivation(const std::string& field);
+  void materialize(const std::string& field);
+  /// What a derived field reads as ("index + 5"), "" for a field that is not derived.
+  std::string derivation(const std::string& field) const;
+  /// The derived fields, with what each reads as.
+  std::vector<std::pair<std::string, std::string>> derivations() const;
+  /// A user's read: a derived field's values, any other field's pages.
+  void read_values(const std::string& field, std::int64_t begin, std::int64_t count, void* out);
+  /// A user's write: derived fields that depend on `field` (or are it) materialized first;
+  /// counted in user_writes().
+  void write_values(const std::string& field, std::int64_t begin, std::int64_t count, const void* values);
+  /// Writes that came from outside the core (write_values, and a user's write_through:
+  /// count_user_write), so that an owner of state about the values (the paged leapfrog's
+  /// prepared runs and cells) notices a change made behind its back.
+  std::uint64_t user_writes() const { return user_writes_; }
+  void count_user_write() { ++user_writes_; }
   /// A sweep in particle order is done with particles [begin, end) of `field`: the pages of
   /// its columns whose last particle lies there go first when a frame is needed
   /// (PageCache::cool; a hint). The tree's results and the closing kick call it run by run.
@@ -268,6 +297,17 @@ class ParticleStore {
   std::string batched_reads_;
   std::vector<std::string> stale_;  // fields whose pages lag behind their values (set_stale)
   std::vector<StalePageFile> stale_files_removed_;
+  struct Derivation {
+    std::string field, source;
+    bool curve_keys = false;  // else source + offset
+    std::int64_t offset = 0;
+    CurveBox frame;
+    int threads = 1;
+  };
+  const Derivation* find_derivation(const std::string& field) const;
+  void derived_values(const Derivation& d, std::int64_t begin, std::int64_t count, std::int64_t* out);
+  std::vector<Derivation> derived_;
+  std::uint64_t user_writes_ = 0;
 };
 
 }  // namespace gravpipe

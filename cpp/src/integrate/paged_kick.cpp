@@ -1,5 +1,5 @@
-// Kick and drift over the store's pages (paged_leapfrog.hpp).
-#include "gravpipe/paged_leapfrog.hpp"
+// Kick and drift over the store's pages (paged_kick.hpp).
+#include "gravpipe/paged_kick.hpp"
 
 #include <omp.h>
 
@@ -12,6 +12,7 @@
 #include "gravpipe/format_number.hpp"
 #include "gravpipe/leapfrog_element.hpp"
 #include "gravpipe/memory_budget.hpp"
+#include "gravpipe/paged_budget.hpp"
 
 namespace gravpipe {
 
@@ -39,18 +40,12 @@ std::int64_t first_not_finite(std::int64_t n, const double* acc, const double* p
                          index, t);
 }
 
-/// Throws IntegrationError for the first particle of [b, b + n) whose force is not finite.
-void check_finite(ParticleStore& s, std::int64_t b, std::int64_t n, const std::vector<double>& acc,
-                  const std::vector<double>& pot, double t) {
-  const std::int64_t k = first_not_finite(n, acc.data(), pot.data());
-  if (k >= 0) throw_not_finite(s, b + k, t);
-}
-
 }  // namespace
 
 void paged_kick_drift(ParticleStore& s, double h, double dt, std::int64_t block) {
   block = checked_block(s, block);
-  const Reservation charge = s.budget().reserve(static_cast<std::uint64_t>(block) * 72, "the leapfrog's blocks");
+  const Reservation charge =
+      s.budget().reserve(static_cast<std::uint64_t>(block) * kKickBytesPerParticle, "the leapfrog's blocks");
   std::vector<double> vel(3 * block), acc(3 * block), pos(3 * block);
   for (std::int64_t b = 0; b < s.size(); b += block) {
     const std::int64_t n = std::min(block, s.size() - b), m = 3 * n;
@@ -111,18 +106,6 @@ AxisBounds PagedClosingKick::next_bounds() const {
   AxisBounds all;
   for (const Buffers& b : buffers_) all.add(b.bounds);
   return all;
-}
-
-void check_paged_forces(ParticleStore& s, std::int64_t block, double t) {
-  block = checked_block(s, block);
-  const Reservation charge = s.budget().reserve(static_cast<std::uint64_t>(block) * 32, "the leapfrog's blocks");
-  std::vector<double> acc(3 * block), pot(block);
-  for (std::int64_t b = 0; b < s.size(); b += block) {
-    const std::int64_t n = std::min(block, s.size() - b);
-    s.read("acc", b, n, acc.data());
-    s.read("pot", b, n, pot.data());
-    check_finite(s, b, n, acc, pot, t);
-  }
 }
 
 }  // namespace gravpipe
