@@ -89,6 +89,7 @@ nb::dict report_dict(const PagedStepReport& r) {
   d["tree_stats"] = bindings::tree_stats_dict(r.tree);
   d["cell_counters"] = bindings::counters_dict(r.cell_counters);
   d["copy_peak_bytes"] = r.copy_peak_bytes;
+  d["prefetch_runs"] = r.prefetch_runs;
   return d;
 }
 

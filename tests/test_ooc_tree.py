@@ -1220,3 +1220,28 @@ def test_a_full_disk_while_the_walk_writes_the_next_sorts_runs(tmp_path):
     assert line is not None, r.stdout
     assert "EFBIG" in line and "writing page" in line and "~" in line, line
     assert "SCRATCH []" in r.stdout, r.stdout
+
+
+def test_evolve_to_steps_the_in_core_leapfrogs_grid_in_one_call(tmp_path):
+    """What this proves: the paged integrator's evolve_to keeps the in-core leapfrog's grid
+    (whole steps of dt from the origin, an off-grid stop one shortened step that becomes the
+    new origin, time = origin + steps * dt) within one call, its step state in the
+    integrator: time, grid origin and particles equal the in-core run's bit for bit at every
+    stop, and the Python wrapper gained no attribute while stepping."""
+    n, dt = 3000, 1 / 64
+    p = gp.ic.plummer(n, seed=21)
+    sim = gp.Simulation(p, gravity="tree", integrator="leapfrog", eps=EPS, dt=dt, theta=0.6, threads=2)
+    with OutOfCore.from_particles(p, tmp_path, _least(n, 2) + 96 * PAGE, eps=EPS, threads=2, theta=0.6,
+                                  page_bytes=PAGE, dt=dt) as o:
+        o.options.presort_run = 1024
+        attributes = set(vars(o))
+        steps = []
+        for t in (3 * dt, 4.5 * dt, 5.5 * dt, 7.25 * dt):
+            steps.append(o.evolve_to(t).steps)
+            sim.evolve(t, progress=False)
+            assert (o.t, o.grid_origin) == (sim.time, sim.grid_origin), t
+            assert np.array_equal(o.gather("pos"), sim.particles.pos), t
+            assert np.array_equal(o.gather("vel"), sim.particles.vel), t
+        # the last stop's shortened step: not the step the walk before it prepared
+        assert steps == [3, 2, 1, 2] and not o.last.kick_drift_in_sort and o.last.kick_drift > 0
+        assert set(vars(o)) == attributes

@@ -13,22 +13,26 @@ import sys
 from step_report import budget, step_line, usage
 
 import gravpipe as gp
-import gravpipe.ooc as ooc
 from gravpipe.ooc import OutOfCore
 
-BOUNDED = ooc.copy_allowance
+THREADS = 2
+
+
+def keep_free_at_4_mib(n: int) -> int:
+    """tree_keep_free with 4 MiB of copied blocks a thread (its other charges as they are)."""
+    return THREADS * (4 << 20) + 24 * (n // 1024 + 1) + (1 << 20)
 
 
 def main() -> None:
     n, scratch = int(float(sys.argv[1])), sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     p = gp.ic.plummer(n, seed=1)
-    plans = {"4 MiB a thread": lambda *limits: 4 << 20, "bounded": BOUNDED}
+    plans = {"4 MiB a thread": keep_free_at_4_mib(n), "bounded": None}  # the budget's option keep_free
     steps: dict[str, list[float]] = {k: [] for k in plans}
     for _ in range(rounds):
-        for name, allowance in plans.items():
-            ooc.copy_allowance = allowance
-            with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=2) as o:
+        for name, keep_free in plans.items():
+            with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=THREADS,
+                                          keep_free=keep_free) as o:
                 o.forces()
                 o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
                 a, u0 = dict(o.store.stats()), usage()

@@ -22,7 +22,7 @@ def main() -> None:
     p = gp.ic.plummer(n, seed=1)
     with OutOfCore.from_particles(p, scratch, int(0.1 * 96 * n), eps=1e-3) as o:
         o.forces()  # sorted, and acc for the kick
-        o._tree = None  # its cells go back to the budget, as OutOfCore.sort does
+        o.reset()  # the integrator's tree and cells go back to the budget: this sorts by itself
         kd = None
         if kick_drift:
             lo, hi = np.full(3, np.inf), np.full(3, -np.inf)

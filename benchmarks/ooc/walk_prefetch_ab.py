@@ -12,32 +12,13 @@ import sys
 from step_report import budget, step_line, usage
 
 import gravpipe as gp
-import gravpipe.ooc as ooc
 from gravpipe.ooc import OutOfCore
-
-
-class _DepthSetter:
-    """Stands in for gravpipe.ooc's _core: each PagedTree it makes gets ``depth``."""
-
-    depth = 4
-
-    def __init__(self, core):
-        self._core = core
-
-    def __getattr__(self, name):
-        return getattr(self._core, name)
-
-    def PagedTree(self, *args, **kwargs):  # noqa: N802 (the binding's name)
-        tree = self._core.PagedTree(*args, **kwargs)
-        tree.prefetch_runs = _DepthSetter.depth
-        return tree
 
 
 def main() -> None:
     n, scratch = int(float(sys.argv[1])), sys.argv[2]
     depths = [int(d) for d in sys.argv[3].split(",")]
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-    ooc._core = _DepthSetter(ooc._core)
     p = gp.ic.plummer(n, seed=1)
     steps: dict[int, list[float]] = {d: [] for d in depths}
     with OutOfCore.from_particles(p, scratch, budget(n), eps=1e-3, threads=2) as o:
@@ -45,7 +26,7 @@ def main() -> None:
         o.step(1 / 128)  # the steady state: the next sort's runs made in the walk
         for _ in range(rounds):
             for d in depths:
-                _DepthSetter.depth = d
+                o.options.prefetch_runs = d  # the walk's tree of the next step takes it
                 a, u0 = dict(o.store.stats()), usage()
                 st = o.step(1 / 128)
                 steps[d].append(st.total)

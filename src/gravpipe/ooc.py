@@ -152,6 +152,7 @@ class StepTimes:
     #: the walk's tree's counters (cell cache) and the most bytes a thread's copied blocks held
     cell_counters: dict = field(default_factory=dict)
     copy_peak_bytes: int = 0
+    prefetch_runs: int = 0      # the walk's prefetch depth (runs of groups ahead of each thread)
     #: steps taken and their interactions (evolve_to's sums; one step: 1)
     steps: int = 0
     interactions: int = 0
@@ -165,7 +166,8 @@ class StepTimes:
         """From the integrator's report (a dict) and the process's measurements over its stages."""
         st = cls(**{k: r[k] for k in ("kick_drift", "sort", "build", "moments", "walk_forces", "bytes_read",
                                       "bytes_written", "cell_bytes_read", "cell_bytes_written",
-                                      "cell_cache_bytes", "cells", "kick_drift_in_sort", "copy_peak_bytes")})
+                                      "cell_cache_bytes", "cells", "kick_drift_in_sort", "copy_peak_bytes",
+                                      "prefetch_runs")})
         st.sort_detail = dict(r["sort_detail"])
         st.stage_bytes = {k: list(v) for k, v in r["stage_bytes"].items()}
         st.cell_counters = dict(r["cell_counters"])

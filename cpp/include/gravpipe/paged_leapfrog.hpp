@@ -94,6 +94,7 @@ struct PagedStepReport {
   TreeStats tree;  // the walk's tree
   StoreCounters cell_counters;
   std::uint64_t copy_peak_bytes = 0;
+  int prefetch_runs = 0;  // the walk's prefetch depth
   double total() const { return kick_drift + sort + build + moments + walk_forces; }
 };
 

@@ -259,6 +259,7 @@ std::optional<AxisBounds> PagedLeapfrog::tree_forces(PagedStepReport& r, const s
   r.cells = tree.cell_count();
   r.cell_counters = c;
   r.copy_peak_bytes = tree.copy_peak_bytes();
+  r.prefetch_runs = tree.prefetch_runs();
   have_forces_ = true;
   return next;
 }

@@ -186,7 +186,7 @@ def ratio(n: int, scratch: str, *, budget_fraction: float = 0.1, page: int | Non
                            "mac_per_body": ts.mac_per_body, "cells": int(ts.nodes),
                            "budget_peak_bytes": int(o.store._core.budget_peak),
                            "io_mode": o.store.io_mode, "scratch_in_memory": o.store.in_memory,
-                           "walk_prefetch_runs": int(o._tree.prefetch_runs),
+                           "walk_prefetch_runs": int(st.prefetch_runs),
                            "walk_prefetch_reads": o.store.batched_reads}
         del pos_in, vel_in
     ratios = [b / a for a, b in pairs]
