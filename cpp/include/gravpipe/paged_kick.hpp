@@ -1,7 +1,8 @@
 // The leapfrog's kick and drift on the pages of an out-of-core store, block by block: the
 // loops of LeapfrogIntegrator::step (leapfrog.hpp) with the same arithmetic per element, so
 // an out-of-core step (kick-drift, sort, tree forces, kick) gives the in-core step's state
-// bit for bit. Blocks are charged to the store's budget.
+// bit for bit. Blocks are charged to the store's budget. PagedLeapfrog (paged_leapfrog.hpp)
+// assembles them into its steps.
 //
 // Each separate pass reads and writes every particle's page once (~1 GB/s of disk at N = 1e7),
 // so a step fuses what it can into the passes it makes anyway:
