@@ -246,6 +246,37 @@ def test_resume_removes_the_temporaries_of_killed_writers(capsys, ic_file, tmp_p
     assert not any(f.exists() for f in stale) and all(f.exists() for f in kept)
 
 
+def test_resume_passes_over_a_truncated_newest_checkpoint_saying_which_and_why(capsys, ic_file, tmp_path):
+    """A newest checkpoint cut short (a full disk, a copy stopped) blocked --resume: the run
+    resumes from the newest one that opens, and lands where an uninterrupted run lands."""
+    out, whole = tmp_path / "run", tmp_path / "whole"
+    for d in (out, whole):
+        assert run_main(capsys, "run", ic_file, "--t-end", "1/8", "--checkpoint-every", "1/32", "--out", d,
+                        "--threads", "1")[0] == 0
+    newest = out / "checkpoint_0004.h5"
+    os.truncate(newest, newest.stat().st_size // 3)
+    (out / "checkpoint_0003.h5").write_bytes(b"not HDF5 at all")
+    code, stdout, err = run_main(capsys, "run", "--resume", out, "--t-end", "1/4")
+    assert code == 0, err
+    warned = err.strip().splitlines()
+    assert len(warned) == 2 and all(line.startswith("gravpipe run: warning: ") for line in warned), err
+    assert f"{newest}: skipped (cannot be opened as HDF5" in warned[0] and "truncated file" in warned[0]
+    assert warned[1].endswith("resuming from checkpoint_0002.h5")
+    assert f"resumed from {out / 'checkpoint_0002.h5'}" in stdout
+    assert run_main(capsys, "run", "--resume", whole, "--t-end", "1/4")[0] == 0
+    a, b = (io.read_snapshot(d / "snapshot_0002.h5").particles for d in (out, whole))
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
+
+
+def test_resume_with_no_checkpoint_that_opens_is_one_line(capsys, ic_file, tmp_path):
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/8", "--out", out, "--threads", "1")[0] == 0
+    os.truncate(out / "checkpoint_0001.h5", 1000)
+    code, _, err = run_main(capsys, "run", "--resume", out, "--t-end", "1/4")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "checkpoint_0001.h5: cannot be opened as HDF5" in err and "no older checkpoint" in err
+
+
 def _garble_integrator(path, how: str) -> None:
     """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
     with h5py.File(path, "r+") as f:

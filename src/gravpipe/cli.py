@@ -1049,6 +1049,9 @@ def _cadences(settings, t0: float) -> tuple[float | None, float | None]:
 
 
 def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
+    import warnings
+
+    from gravpipe.errors import CheckpointSkippedWarning
     from gravpipe.simulation import Simulation, latest_checkpoint
 
     fixed = [k for k, v in cli_values.items() if v is not None and k not in _RESUME_KEYS]
@@ -1059,11 +1062,16 @@ def _resume_run(args: argparse.Namespace, cli_values: dict) -> int:
         allowed = ", ".join(_option_name(k) for k in sorted(_RESUME_KEYS))
         raise UserError(f"--resume continues the run stored in its checkpoint; {names} cannot be given "
                         f"with it (allowed: {allowed})")
-    checkpoint = latest_checkpoint(args.resume)
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always", CheckpointSkippedWarning)
+        checkpoint = latest_checkpoint(args.resume)
+    for w in skipped:
+        print(f"gravpipe run: warning: {w.message}", file=sys.stderr, flush=True)
     # an out-of-core run's checkpoint resumes out of core (budget and scratch: the original
     # run's unless given)
     print(f"gravpipe run: resumed from {checkpoint}", flush=True)
-    with _phase("read the checkpoint"):
+    with _phase("read the checkpoint"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckpointSkippedWarning)  # said above
         sim = Simulation.resume(args.resume, threads=args.threads, memory_budget=args.memory_budget,
                                 scratch=args.scratch)
     stored = sim.config.evolve

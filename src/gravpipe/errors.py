@@ -67,6 +67,12 @@ class StaleScratchWarning(UserWarning):
     lock on its own). The message names them and the process that made them."""
 
 
+class CheckpointSkippedWarning(UserWarning):
+    """A resume passed over the newest checkpoint of a run folder because it cannot be
+    opened (truncated by a full disk or a copy cut short, not HDF5) and took the newest one
+    that can. The message names the file skipped, why, and the one taken."""
+
+
 class StoreError(RuntimeError):
     """The out-of-core store's scratch file failed: an I/O error, the scratch disk full, the
     file size limit, a directory that cannot take the file. Nothing already written to

@@ -20,12 +20,14 @@ import csv
 import io as _stdio
 import math
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gravpipe import diagnostics, integrators, parallel
 from gravpipe._validate import check_positive_scalar
+from gravpipe.errors import CheckpointSkippedWarning
 from gravpipe.io.atomic import atomic_open, stale_temporaries
 
 LAGRANGIAN_FRACTIONS = (0.01, 0.1, 0.5, 0.9)
@@ -155,7 +157,10 @@ def check_run_dir(out: str | Path, overwrite: bool) -> list[Path]:
 
 
 def latest_checkpoint(out: str | Path) -> Path:
-    """The newest checkpoint file in a run directory (by its index)."""
+    """The newest checkpoint in a run directory (by its index) that can be opened: one that
+    cannot (truncated by a full disk or a copy cut short, not HDF5, no /Integrator) is
+    skipped with a :class:`~gravpipe.errors.CheckpointSkippedWarning` naming it and why, and
+    the one before it is taken. ValueError naming the newest's fault when none can be."""
     d = Path(out)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such run directory")
@@ -164,7 +169,38 @@ def latest_checkpoint(out: str | Path) -> Path:
                    [f for f in d.glob(CHECKPOINT_SET_GLOB) if f.is_dir()], key=_output_index)
     if not found:
         raise FileNotFoundError(f"{d}: no checkpoint_*.h5 (or checkpoint_* set) to resume from")
-    return found[-1]
+    faults = []
+    for path in reversed(found):
+        fault = _checkpoint_fault(path)
+        if fault is None:
+            for skipped, why in faults:
+                warnings.warn(f"{skipped}: skipped ({why}); resuming from {path.name}", CheckpointSkippedWarning,
+                              stacklevel=2)
+            return path
+        faults.append((path, fault))
+    newest, why = faults[0]
+    raise ValueError(f"{newest}: {why}, and no older checkpoint in {d} can be opened either")
+
+
+def _checkpoint_fault(path: Path) -> str | None:
+    """Why a checkpoint (a file, or a set folder's members) cannot be opened, or None.
+    HDF5 finds a truncated file on opening it (its superblock records the end of file)."""
+    import h5py
+
+    from gravpipe.io.fields import INTEGRATOR_GROUP
+
+    files = sorted(path.glob("*.h5")) if path.is_dir() else [path]
+    if not files:
+        return "a set folder without member files"
+    for f in files:
+        member = "" if f == path else f"{f.name} "
+        try:
+            with h5py.File(f, "r") as h5:
+                if f == path and INTEGRATOR_GROUP not in h5:
+                    return f"not a gravpipe checkpoint (no /{INTEGRATOR_GROUP} group)"
+        except OSError as exc:
+            return f"{member}cannot be opened as HDF5: {exc}"
+    return None
 
 
 def _output_index(path: Path) -> int:
