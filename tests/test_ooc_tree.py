@@ -838,7 +838,7 @@ def test_cli_run_and_ic_out_of_core(tmp_path):
                  "--dt", "1/64", "--t-end", "1/32", "--snap-every", "1/32", "--out", str(out), "--threads", "2",
                  "--page-bytes", "4096"]) == 0
     # as in core: snapshots at t0 + k * interval, a checkpoint at t_end (no interval given), the rows
-    assert sorted(os.listdir(out)) == ["checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5"]
+    assert sorted(os.listdir(out)) == ["checkpoint_0001.h5", "diagnostics.csv", "manifest.json", "snapshot_0001.h5"]
     assert os.listdir(scratch) == []
     # the same two steps in core, compared particle by particle (the snapshot is in curve order)
     p, _ = gp.io.read(str(ic))

@@ -39,7 +39,7 @@ def test_tree_run_writes_snapshot_diagnostics_and_checkpoint(capsys, tmp_path, m
     assert "gravity tree (theta 0.6), leapfrog (dt 0.0078125)" in stdout
     assert "chosen for gravity tree" not in stdout  # the integrator was given
     out = tmp_path / "tmp"
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_0001.h5", "diagnostics.csv", "snapshot_0001.h5"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_0001.h5", "diagnostics.csv", "manifest.json", "snapshot_0001.h5"]
     snap = io.read_snapshot(out / "snapshot_0001.h5")
     assert snap.time == 0.25 and snap.particles.n == 1000
     assert snap.parameters["gravity"] == "tree" and snap.parameters["integrator"] == "leapfrog"
