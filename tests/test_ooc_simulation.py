@@ -258,7 +258,7 @@ def test_sigterm_removes_the_scratch_files_and_keeps_the_checkpoints(tmp_path, s
     exits with 128 + 15."""
     out = tmp_path / "run"
     child = subprocess.Popen([sys.executable, "-m", "gravpipe.cli", "run", "--no-progress", *_cli_run_args(scratch),
-                              "--t-end", "1000", "--checkpoint-every", "0.0625", "--out", str(out)],
+                              "--t-end", "500", "--checkpoint-every", "0.0625", "--out", str(out)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(child, out / "checkpoint_0002.h5")
     assert os.listdir(scratch) != []  # the store's scratch file is there mid-run
