@@ -215,6 +215,9 @@ def test_plot_and_where_communication_or_io_grow(node, tmp_path):
     # (N/P)^(2/3) against a volume of N/P
     shares = [(lambda b: b.communication / b.total)(tree_step(node, 1e8, p)[0]) for p in (4, 64, 1024)]
     assert shares[0] < shares[1] < shares[2]
+    # and takes over at ~1e3 particles a rank (N = 1e6 on 1024 ranks of a 64-core node)
+    assert dominant(tree_step(node, 1e6, 1024)[0]) == "communication"
+    assert dominant(tree_step(node, 1e8, 1024)[0]) == "compute"
     # out of core (I/O) once N/P no longer fits a node's memory
     assert tree_step(node, 1e10, 1)[1] and not tree_step(node, 1e10, 1024)[1]
     plot_tree_scaling(node, str(tmp_path / "p.png"))

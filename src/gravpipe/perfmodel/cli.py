@@ -109,14 +109,15 @@ def bench_model(args: argparse.Namespace) -> int:
     console = Console()
     doc = calibrate.run(quick=args.quick, progress=lambda m: console.print(f"  {m}"), cache=args.machine_file)
     t = Table(title=f"predicted vs measured ({doc['calibration_file']})")
-    for col in ("configuration", "calibrated", "predicted s", "measured s", "pred/meas", "goal"):
+    for col in ("configuration", "calibrated", "predicted s", "measured s", "pred/meas", "goal", "spread"):
         t.add_column(col, justify="right" if col != "configuration" else "left")
     for c in doc["configs"]:
         if "skipped" in c:
-            t.add_row(c["name"], "-", "-", "-", "skipped", c["skipped"])
+            t.add_row(c["name"], "-", "-", "-", "skipped", c["skipped"], "-")
             continue
         t.add_row(c["name"], "yes" if c["calibrated"] else "no", f"{c['predicted_s']:.4g}", f"{c['measured_s']:.4g}",
-                  f"{c['ratio']:.2f}", ("met" if c["within_goal"] else "MISSED") + f" ({100 * c['goal']:.0f}%)")
+                  f"{c['ratio']:.2f}", ("met" if c["within_goal"] else "MISSED") + f" ({100 * c['goal']:.0f}%)",
+                  f"{c['spread']:.2f}" if c.get("spread") else "-")
     if args.json != "-":
         console.print(t)
         met = [c["within_goal"] for c in doc["configs"] if "within_goal" in c]

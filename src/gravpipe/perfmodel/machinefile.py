@@ -45,7 +45,7 @@ for _m in MODES:
         REQUIRED[f"cpu.kernel.{_m}.{_p}"] = False
 # fitted shapes that may have either sign (exponents, the fit of pc per body against log10 N)
 SIGNED = {"hermite.steps_n_exponent", "hermite.blocks_n_exponent", "tree.pp_theta_exp", "tree.pc_theta_exp",
-          "tree.pc_b", "tree.pc_c"}
+          "tree.pc_b", "tree.pc_c", "cpu.parallel_efficiency", "tree.parallel_efficiency"}
 # optional: a GPU ("cuda": kernel rates, small_i_half, call_s; "transfer.cuda"; "tree.cuda_list_speedup")
 
 
@@ -94,6 +94,10 @@ def validate(doc: Any, where: str = "machine file") -> dict:
         if key not in SIGNED and (v < 0 or (v == 0 and not zero_ok)):
             raise MachineFileError(f"{where}: constants.{key} = {v!r}, expected a finite number "
                                    f"{'>= 0' if zero_ok else '> 0'}")
+    for part in ("cpu", "tree"):
+        e = consts.get(part, {}).get("parallel_efficiency", 0.0)
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not -1 < e <= 1:
+            raise MachineFileError(f"{where}: constants.{part}.parallel_efficiency = {e!r}, expected in (-1, 1]")
     if "cuda" in consts:
         for m in MODES:
             for p in PRECISIONS:

@@ -15,7 +15,8 @@ Terms, as the seeds write them (N particles, P ranks, n_i i-particles of a call)
   ``N t_kd``; tree ``N (t_sort + t_build + t_moments) + MAC tests t_mac`` (eq. 17);
 - transfer: ``calls C1 + C2 bytes`` (eq. 2);
 - communication: the locally essential tree, ``bytes = k (N/P)^(2/3)`` (surface of a
-  domain), sent to min(P - 1, 26) neighbours, plus allreduces of 2 ceil(log2 P) messages;
+  domain), from min(P - 1, 26) neighbours, the allgather of every domain's top cells
+  (P x 4 KiB: the term that grows with P) and allreduces of 2 ceil(log2 P) messages;
   j-parallel direct: the active i-set broadcast and its partial forces reduced;
 - I/O: bytes swapped per step ``(read_passes + write_passes) * 96 N`` in pages, ``pages C1 +
   C2 bytes``.
@@ -39,6 +40,7 @@ BYTES_I = {"acc+pot": 32, "acc+jerk+pot": 56}       # per i-particle written
 BYTES_RESULT = {"acc+pot": 32, "acc+jerk+pot": 56}  # per result read
 OOC_BYTES_PER_PARTICLE = 96                       # gravpipe.bench.ooc.DATA_BYTES_PER_PARTICLE
 LET_NEIGHBOURS = 26
+TOP_BYTES_PER_RANK = 4096  # a domain's top cells (multipoles) and curve key range, allgathered
 DIRECT_ROW_WORK, TREE_ROW_WORK, OWN_ROW_WORK = 100, 200, 10  # gravity.py, run_loop.py
 
 
@@ -120,7 +122,8 @@ class Model:
 
     def speedup(self, threads: int | None, part: dict) -> float:
         """Threads' speed-up over one, 1 + (t - 1) e (e: the part's measured parallel
-        efficiency, 1 when not given)."""
+        efficiency, 1 when not given; below 0 on a shared machine whose other cores are
+        busy, where a second thread waits for time slices at every join)."""
         e = float(part.get("parallel_efficiency", 1.0))
         return 1 + (self.threads(threads) - 1) * e
 
@@ -175,7 +178,12 @@ class Model:
         mean_i = particle_steps / blocks
         b = self.direct_call(mean_i, nj, "acc+jerk+pot", precision, backend, threads, calls=blocks)
         host = self.c["host"]
-        b.host = particle_steps * float(host["hermite_particle_step_s"]) + blocks * nj * float(host["hermite_block_j_s"])
+        # the share of the j-set a block rewrites (the integrator keeps j-particles between blocks)
+        f = float(host.get("hermite_j_fraction", 1.0))
+        tr = self._transfer(backend)
+        b.transfer -= (1 - f) * float(tr["seconds_per_byte"]) * blocks * nj * BYTES_J["acc+jerk+pot"]
+        b.host = (particle_steps * float(host["hermite_particle_step_s"]) + blocks * nj * float(host["hermite_block_j_s"])
+                  + particle_steps * nj * float(host.get("hermite_interaction_s", 0.0)))
         if ranks > 1:
             b.communication = blocks * (self.allreduce(mean_i * BYTES_RESULT["acc+jerk+pot"], ranks)
                                         + self.message(mean_i * BYTES_I["acc+jerk+pot"], math.ceil(math.log2(ranks))))
@@ -211,8 +219,12 @@ class Model:
         b = Breakdown(host=host, pipeline=pipe)
         if ranks > 1:
             let = float(self.c["let"]["bytes_coeff"]) * nl ** (2 / 3)
-            b.communication = self.message(let, 1) + (min(ranks - 1, LET_NEIGHBOURS) - 1) * self.message(0) \
-                + self.allreduce(64, ranks)
+            # the essential tree from the neighbours, the allgather of every domain's top cells
+            # and key range (P pieces: it grows with P while the rest shrinks), an allreduce
+            top = float(self.c["let"].get("top_bytes_per_rank", TOP_BYTES_PER_RANK))
+            b.communication = (self.message(let, 1) + (min(ranks - 1, LET_NEIGHBOURS) - 1) * self.message(0)
+                               + self.message(0, math.ceil(math.log2(ranks))) + self.message((ranks - 1) * top)
+                               - self.message(0) + self.allreduce(64, ranks))
         return b
 
     def ooc_io(self, n_local: float, memory_budget: int) -> Breakdown:
@@ -222,7 +234,8 @@ class Model:
         data = OOC_BYTES_PER_PARTICLE * n_local
         swapped = (float(o["read_passes"]) + float(o["write_passes"])) * data
         page = page_bytes_for_budget(int(memory_budget))
-        return Breakdown(io=swapped / page * float(s["latency_s"]) + swapped * float(s["seconds_per_byte"]))
+        exposed = float(o.get("exposed_fraction", 1.0))  # what read-ahead and write-behind do not hide
+        return Breakdown(io=exposed * (swapped / page * float(s["latency_s"]) + swapped * float(s["seconds_per_byte"])))
 
 
 def _ceil_steps(t: float, dt: float) -> int:
