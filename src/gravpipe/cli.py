@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from gravpipe.bench.emit import emit_json as _emit_json
+
 EXIT_USER_ERROR = 2
 #: exit status when the reader of stdout went away (128 + SIGPIPE, what a shell reports
 #: for a process killed by SIGPIPE, the default fate of a C program in ``cmd | head``)
@@ -890,22 +892,6 @@ def _bench_tree_backends(args: argparse.Namespace) -> int:
     _emit_json(args.json, lambda: {"machine": info, "gpu": machine.gpu_name(), "rows": [asdict(r) for r in rows]},
                console)
     return 0
-
-
-def _emit_json(target: str | None, make_doc, console) -> None:
-    """Write a benchmark's JSON to ``target`` (a path, or '-' for stdout), atomically."""
-    if not target:
-        return
-    doc = make_doc()
-    if target == "-":
-        json.dump(doc, sys.stdout, indent=1)
-        print()
-        return
-    from gravpipe.io.atomic import atomic_open
-
-    with atomic_open(target, "w") as fh:
-        fh.write(json.dumps(doc, indent=1))
-    console.print(f"wrote {target}")
 
 
 # ---- gravpipe run ---------------------------------------------------------------------

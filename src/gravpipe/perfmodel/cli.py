@@ -122,8 +122,8 @@ def bench_model(args: argparse.Namespace) -> int:
         console.print(t)
         met = [c["within_goal"] for c in doc["configs"] if "within_goal" in c]
         console.print(f"{sum(met)} of {len(met)} configurations within their goal; {doc['seconds']:.0f} s in all")
-    from gravpipe.cli import _emit_json
-    _emit_json(args.json, lambda: doc, console)
+    from gravpipe.bench.emit import emit_json
+    emit_json(args.json, lambda: doc, console)
     return 0
 
 
