@@ -1,5 +1,7 @@
 """``gravpipe run`` and ``gravpipe plot`` as a user drives them: output, files, config, errors."""
 
+import csv
+import math
 import os
 import re
 import subprocess
@@ -275,6 +277,33 @@ def test_resume_with_no_checkpoint_that_opens_is_one_line(capsys, ic_file, tmp_p
     code, _, err = run_main(capsys, "run", "--resume", out, "--t-end", "1/4")
     assert code == 2 and err.count("\n") == 1, err
     assert "checkpoint_0001.h5: cannot be opened as HDF5" in err and "no older checkpoint" in err
+
+
+@pytest.mark.parametrize("gravity", [[], ["--gravity", "tree", "--memory-budget", "16MiB", "--scratch", "."]])
+def test_a_resumed_runs_diagnostics_keep_the_time_columns_before_the_stop(capsys, ic_file, tmp_path, monkeypatch,
+                                                                         gravity):
+    """The rows restored from a checkpoint had empty seconds_* columns in diagnostics.csv, so
+    the time-breakdown plot drew no bars before the stop."""
+    monkeypatch.chdir(tmp_path)
+    args = ["run", ic_file, *gravity, "--t-end", "1/8", "--checkpoint-every", "1/16", "--out", "run", "--threads", "1"]
+    assert run_main(capsys, *args)[0] == 0
+    assert run_main(capsys, "run", "--resume", "run", "--t-end", "1/4")[0] == 0
+    rows = list(csv.DictReader(open(tmp_path / "run" / "diagnostics.csv", newline="")))
+    assert float(rows[-1]["time"]) == 0.25 and any(float(r["time"]) == 0.125 for r in rows)
+    for r in rows:
+        for column in ("seconds_host", "seconds_transfer", "seconds_compute"):
+            assert r[column] != "" and math.isfinite(float(r[column])), (r["time"], column)
+    assert any(float(r["seconds_compute"]) > 0 for r in rows if 0 < float(r["time"]) <= 0.125)
+
+
+def test_a_history_holding_nan_resumes(capsys, ic_file, tmp_path):
+    """The history is a record (a virial ratio of a system with no potential is NaN): the
+    checks of a checkpoint's state leave it alone."""
+    out = tmp_path / "run"
+    assert run_main(capsys, "run", ic_file, "--t-end", "1/8", "--out", out, "--threads", "1")[0] == 0
+    with h5py.File(out / "checkpoint_0001.h5", "r+") as f:
+        f["Integrator/history_virial_ratio"][0] = np.nan
+    assert run_main(capsys, "run", "--resume", out, "--t-end", "1/4")[0] == 0
 
 
 def _garble_integrator(path, how: str) -> None:

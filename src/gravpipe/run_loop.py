@@ -306,6 +306,32 @@ class RunLoop:
                     "seconds_host": t.host, "seconds_transfer": t.transfer, "seconds_compute": t.compute})
         self.history.append(row)
 
+    def _restore_wall_clock(self, run_dir: Path) -> None:
+        """Fill the wall-clock columns (``seconds_*``) of diagnostics rows restored from a
+        checkpoint from the run's own diagnostics.csv, row by row (same time and steps).
+        Checkpoints leave those columns out (they differ from run to run, and a checkpoint
+        is the same bit for bit however often its run was interrupted), so a resumed run's
+        diagnostics.csv had them empty before the stop, and its time-breakdown plot no bars."""
+        missing = [row for row in self.history if "seconds_host" not in row]
+        path = run_dir / "diagnostics.csv"
+        if not missing or not path.is_file():
+            return
+        try:
+            with open(path, newline="") as fh:
+                written = {(float(r["time"]), int(r["steps"])): r for r in csv.DictReader(fh)}
+        except (OSError, ValueError, KeyError, csv.Error):
+            return  # a file of another shape: the columns stay empty, nothing else depends on them
+        for row in missing:
+            old = written.get((float(row["time"]), int(row["steps"])))
+            if old is None:
+                continue
+            for key, text in old.items():
+                if key and key.startswith("seconds_") and key not in row and text not in ("", None):
+                    try:
+                        row[key] = float(text)
+                    except ValueError:
+                        pass
+
     def _same_time(self, a: float, b: float) -> bool:
         """Two times closer than rounding of the step grid: the same stop."""
         return abs(a - b) <= 1e-9 * self.quantum
@@ -375,6 +401,7 @@ class RunLoop:
             for f in stale_temporaries(d):
                 f.unlink(missing_ok=True)
         if self._run_dir is not None and d.is_dir() and d.resolve() == self._run_dir:
+            self._restore_wall_clock(d)  # a resumed run's rows before the stop
             return d
         old = check_run_dir(d, overwrite)
         for f in old:

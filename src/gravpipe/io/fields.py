@@ -36,6 +36,10 @@ GRAVPIPE_PART_TYPE = 1
 HEADER_GROUP = "Header"
 PARAMETERS_GROUP = "Parameters"
 INTEGRATOR_GROUP = "Integrator"
+#: prefix of the /Integrator entries that hold a run's diagnostics history (one array per
+#: column): a record, not state to continue from, so it may hold NaN (a virial ratio with
+#: no potential, a column older rows lack)
+HISTORY_PREFIX = "history_"
 
 #: Unit system recorded in ``/Parameters`` when the caller does not give one.
 NBODY_UNITS = "N-body (Henon): G = M = 1"

@@ -47,6 +47,7 @@ from gravpipe.io.fields import (
     EXTRA_FIELDS,
     FIELDS_BY_NAME,
     FORMAT_VERSION,
+    HISTORY_PREFIX,
     GRAVPIPE_PART_TYPE,
     HEADER_ATTRS,
     HEADER_ATTR_NAMES,
@@ -654,7 +655,8 @@ def _read_integrator(f: h5py.File, path: Path) -> dict[str, Any] | None:
             raise SnapshotError(f"{path}: /{INTEGRATOR_GROUP}/{key} is both a dataset and an attribute")
         state[key] = obj[...]  # exact dtype and shape, 0-d included
     for key, value in state.items():
-        check_state_finite(f"{path}: /{INTEGRATOR_GROUP}/{key}", value)
+        if not key.startswith(HISTORY_PREFIX):
+            check_state_finite(f"{path}: /{INTEGRATOR_GROUP}/{key}", value)
     return state
 
 
@@ -662,7 +664,7 @@ def check_state_finite(where: str, value: Any) -> None:
     """SnapshotError "WHERE: non-finite value nan at index i" for a float entry of an
     integrator's state (an array or a scalar) that is NaN or inf: no integrator stores one,
     and one read back would turn into a time of NaN or a failed integer conversion far from
-    the file."""
+    the file. (The history, ``HISTORY_PREFIX``, is a record and not checked.)"""
     arr = np.asarray(value)
     if arr.dtype.kind != "f":
         return

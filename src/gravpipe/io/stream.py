@@ -36,8 +36,8 @@ import h5py
 import numpy as np
 
 from gravpipe.io.atomic import atomic_path
-from gravpipe.io.fields import (GRAVPIPE_PART_TYPE, HEADER_GROUP, INTEGRATOR_GROUP, PARAMETERS_GROUP, PARTICLE_FIELDS,
-                                part_group_name)
+from gravpipe.io.fields import (GRAVPIPE_PART_TYPE, HEADER_GROUP, HISTORY_PREFIX, INTEGRATOR_GROUP, PARAMETERS_GROUP,
+                                PARTICLE_FIELDS, part_group_name)
 from gravpipe.io.snapshot import (
     Scalar,
     SnapshotError,
@@ -229,7 +229,8 @@ class BlockReader:
         out = _attrs_to_dict(g.attrs)
         out.update({k: ds[...] for k, ds in g.items() if isinstance(ds, h5py.Dataset) and PER_PARTICLE not in ds.attrs})
         for key, value in out.items():
-            check_state_finite(f"{self.path}: /{INTEGRATOR_GROUP}/{key}", value)
+            if not key.startswith(HISTORY_PREFIX):
+                check_state_finite(f"{self.path}: /{INTEGRATOR_GROUP}/{key}", value)
         return out
 
     def state_rows(self, name: str, start: int, stop: int) -> np.ndarray:
