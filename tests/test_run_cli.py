@@ -306,6 +306,27 @@ def test_a_history_holding_nan_resumes(capsys, ic_file, tmp_path):
     assert run_main(capsys, "run", "--resume", out, "--t-end", "1/4")[0] == 0
 
 
+def test_run_toml_takes_every_option_but_resume_and_config(capsys, tmp_path, monkeypatch):
+    """run.toml refused memory_budget, scratch, page_bytes and resume although the README said
+    it takes the same keys as the options: each option is a key (the parser's own list), but
+    --resume and --config, which say why."""
+    from gravpipe.cli import build_parser
+    from gravpipe.runconfig import COMMAND_LINE_ONLY, KEYS
+
+    run = next(a for a in build_parser()._actions if a.dest == "command").choices["run"]
+    options = {a.dest for a in run._actions if a.dest not in ("help",)}
+    assert options == set(KEYS) | set(COMMAND_LINE_ONLY)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "ooc.toml").write_text('gravity = "tree"\nn = 500\nt_end = "1/64"\nmemory_budget = "32MiB"\n'
+                                       'scratch = "scratch"\npage_bytes = "4KiB"\nforce = true\n')
+    code, stdout, err = run_main(capsys, "run", "--config", "ooc.toml", "--no-progress")
+    assert code == 0 and "out of core" in stdout, err
+    (tmp_path / "res.toml").write_text('resume = "run1"\n')
+    code, _, err = run_main(capsys, "run", "--config", "res.toml")
+    assert code == 2 and "'resume' is not a run.toml key: continue a run with gravpipe run --resume DIR" in err
+
+
 def _garble_integrator(path, how: str) -> None:
     """Change a checkpoint's /Integrator as a corrupt or foreign file would."""
     with h5py.File(path, "r+") as f:

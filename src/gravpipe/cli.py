@@ -313,7 +313,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"write the files --snap-every and --checkpoint-every ask for even when they are more "
                         f"than {MAX_OUTPUT_FILES:,} (refused without it, saying how many)")
     r.add_argument("--config", metavar="RUN.TOML", default=None,
-                   help="TOML file with the same keys as these options (t_end, eps, ...); the command line overrides it")
+                   help="TOML file with the same keys as these options (t_end, eps, memory_budget, ...) but "
+                        "--resume and --config; the command line overrides it")
     r.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run in DIR from its newest checkpoint, to the stored t_end and cadences "
                         "(--t-end, --snap-every, --checkpoint-every, --threads may override them)")

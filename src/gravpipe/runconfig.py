@@ -1,7 +1,7 @@
 """Settings of ``gravpipe run``: one table of keys shared by the command line and run.toml.
 
-A run.toml file holds the same keys as the options of ``gravpipe run`` (dashes written as
-underscores or dashes), for example::
+A run.toml file holds the same keys as the options of ``gravpipe run`` but ``--resume`` and
+``--config`` (dashes written as underscores or dashes), for example::
 
     integrator = "hermite"
     n = 4096              # generated initial conditions: ic, n, seed (or file = "ic.h5")
@@ -219,6 +219,14 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
 assert set(CONVERTERS) == set(KEYS), "every RunSettings field needs a converter"
 
 
+#: options of gravpipe run that a run.toml does not take (every other option is a key), and why
+COMMAND_LINE_ONLY = {
+    "resume": "continue a run with gravpipe run --resume DIR (its checkpoint holds the run's settings; "
+              "--t-end, the cadences, --threads, --memory-budget, --scratch, --force may change)",
+    "config": "a run.toml does not name another one",
+}
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a run.toml: {key: value} for the keys it sets, converted and checked.
 
@@ -235,6 +243,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for raw_key, raw_value in raw.items():
         key = raw_key.replace("-", "_")
+        if key in COMMAND_LINE_ONLY:
+            raise ValueError(f"{p}: {raw_key!r} is not a run.toml key: {COMMAND_LINE_ONLY[key]}")
         if key not in CONVERTERS:
             raise ValueError(f"{p}: unknown key {raw_key!r} (known keys: {', '.join(KEYS)})")
         if key in values:
