@@ -189,7 +189,9 @@ def _checkpoint_fault(path: Path) -> str | None:
 
     from gravpipe.io.fields import INTEGRATOR_GROUP
 
-    files = sorted(path.glob("*.h5")) if path.is_dir() else [path]
+    # a set's members: NAME.RANK.hdf5 (GADGET-4's multi-file naming)
+    files = sorted(f for f in path.iterdir() if f.suffix in (".hdf5", ".h5") and not f.name.startswith(".")) \
+        if path.is_dir() else [path]
     if not files:
         return "a set folder without member files"
     for f in files:
