@@ -158,3 +158,42 @@ def test_a_killed_rank_stops_the_run_and_resume_works(tmp_path):
     sim = gp.Simulation.resume(out)  # one process now: redistributed
     sim.evolve(sim.time + 0.125, progress=False)
     assert abs(sim.energy_error()) < 1e-5
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gravpipe.cli", *args]
+
+
+def test_ranks_given_different_run_folders_are_refused(tmp_path):
+    """With a different --out on each rank the run was accepted and only rank 0 wrote: the
+    ranks' start-up check compares the run folder (and t_end, the cadences) too."""
+    run = ["run", "-n", "256", "--t-end", "1/8", "--no-progress", "--out"]
+    r = subprocess.run([MPIEXEC, "-n", "1", *_cli(*run, "a"), ":", "-n", "1", *_cli(*run, "b")],
+                       cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "run folder (out) differs: ranks 0 have " in r.stderr and "_run0/a; ranks 1 have " in r.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("how", ["options", "run.toml", "resume"])
+def test_an_out_of_core_run_under_mpiexec_is_refused_in_one_line(tmp_path, how):
+    """mpiexec -n 2 gravpipe run --memory-budget ... ran the whole simulation once per rank (two
+    scratch files, both ranks writing the same names): refused until out of core over ranks
+    exists, by rank 0 in one line."""
+    (tmp_path / "scratch").mkdir()
+    ooc = ["--gravity", "tree", "-n", "500", "--memory-budget", "32MiB", "--scratch", "scratch"]
+    if how == "options":
+        args = ["run", *ooc, "--t-end", "1/64"]
+    elif how == "run.toml":
+        (tmp_path / "ooc.toml").write_text('gravity = "tree"\nn = 500\nmemory_budget = "32MiB"\nscratch = "scratch"\n')
+        args = ["run", "--config", "ooc.toml", "--t-end", "1/64"]
+    else:
+        done = subprocess.run(_cli("run", *ooc, "--t-end", "1/64", "--out", "run", "--no-progress"), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        args = ["run", "--resume", "run", "--t-end", "1/32"]
+    r = subprocess.run([MPIEXEC, "-n", "2", *_cli(*args, "--no-progress")], cwd=tmp_path, env=MPI_ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert r.stderr.startswith("gravpipe run: error: out of core (--memory-budget) runs in one process")
+    assert list((tmp_path / "scratch").iterdir()) == []

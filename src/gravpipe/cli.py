@@ -916,6 +916,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     comm = parallel.resolve_comm() if parallel.launched_under_mpi() else None
     if comm is None:
         return _run(args)
+    if _asks_out_of_core(args):  # every rank finds it: one line from rank 0, no abort
+        if parallel.is_root(comm):
+            print(f"gravpipe run: error: out of core (--memory-budget) runs in one process; mpiexec started "
+                  f"{comm.Get_size()}, each of which would run the whole simulation: run it without mpiexec "
+                  "(out of core over ranks is not there yet)", file=sys.stderr)
+        return EXIT_USER_ERROR
     if not parallel.is_root(comm):
         sys.stdout = open(os.devnull, "w")  # rank 0 prints the header, progress and summary
     try:
@@ -927,6 +933,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {exc}", file=sys.stderr, flush=True)
         comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError, StoreError)) else 1)
         raise
+
+
+def _asks_out_of_core(args: argparse.Namespace) -> bool:
+    """Whether ``gravpipe run`` with these arguments is a run out of core: by option, by its
+    run.toml, or as the resume of an out-of-core run. False where that cannot be told (a
+    missing file): the run itself then says what is wrong."""
+    from gravpipe import residence, runconfig
+    from gravpipe.run_loop import latest_checkpoint
+
+    if any(getattr(args, k) is not None for k in residence.OPTIONS):
+        return True
+    try:
+        if args.resume is not None:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return residence.of_checkpoint(latest_checkpoint(args.resume)).name == "pages"
+        if args.config is not None:
+            return any(k in runconfig.load_config(args.config) for k in residence.OPTIONS)
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _run(args: argparse.Namespace) -> int:

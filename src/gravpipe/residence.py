@@ -54,6 +54,9 @@ class Residence:
                 raise ValueError("memory_budget and scratch go together (an out-of-core run needs both)")
         for key, allowed in self.limits.items():
             value = run_kwargs.get(key)
+            if key == "comm":
+                _check_one_process(self, value)
+                continue
             if value not in allowed:
                 shown = " or ".join(f"{key}={a!r}" for a in allowed if a is not None) or f"no {key}"
                 raise ValueError(f"{key}={value!r}: out of core (memory_budget) runs {shown} only: the leapfrog "
@@ -71,8 +74,8 @@ class Residence:
         """The keywords a resume of ``checkpoint`` (in ``out``) passes to the run's ``resume``:
         the options given (each checked: this residence takes it, a paged run keeps its page
         size) and ``comm`` where a run here can have one."""
-        if "comm" in self.limits and comm not in self.limits["comm"]:
-            raise ValueError(f"{checkpoint}: an out-of-core run resumes in one process (comm must be None)")
+        if "comm" in self.limits:
+            _check_one_process(self, comm, f"{checkpoint}: ")
         given = {k: v for k, v in options.items() if v is not None}
         if "page_bytes" in given:
             raise ValueError("page_bytes: a resumed out-of-core run keeps its page size")
@@ -80,6 +83,19 @@ class Residence:
             if key not in self.options:
                 raise ValueError(f"{checkpoint}: the run in {out} is in memory; {key} applies to out-of-core runs only")
         return ({"comm": comm} if "comm" not in self.limits else {}) | given
+
+
+def _check_one_process(home: Residence, comm: Any, where: str = "") -> None:
+    """ValueError unless a run that lives in ``home`` (whose limits allow only comm=None) has
+    one process: ``comm`` given, or mpiexec's several processes (each would otherwise run
+    the whole simulation on its own, writing the same files)."""
+    from gravpipe import parallel
+
+    resolved = parallel.resolve_comm(comm)
+    if resolved is not None:
+        raise ValueError(f"{where}out of core (memory_budget) runs in one process; this one has "
+                         f"{resolved.Get_size()} MPI ranks, each of which would run the whole simulation: run it "
+                         f"without mpiexec (out of core over ranks is not there yet)")
 
 
 RESIDENCES: dict[str, Residence] = {

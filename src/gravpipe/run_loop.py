@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io as _stdio
 import math
+import os
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gravpipe import diagnostics, integrators, parallel
+from gravpipe.parallel import consistency
 from gravpipe._validate import check_positive_scalar
 from gravpipe.errors import CheckpointSkippedWarning
 from gravpipe.io.atomic import atomic_open, stale_temporaries
@@ -270,6 +272,11 @@ class RunLoop:
             cadences[name] = None if every is None else check_positive_scalar(f"{name}_every", every, allow_zero=False)
         if out is None and any(v is not None for v in cadences.values()):
             raise ValueError("out: snapshot_every / checkpoint_every need an output directory")
+        if self.comm is not None:  # one run: the same end, cadences and folder on every rank
+            consistency.check_same_on_all_ranks(self.comm, {
+                "t_end": repr(t_end), "snapshot_every": repr(cadences["snapshot"]),
+                "checkpoint_every": repr(cadences["checkpoint"]),
+                "run folder (out)": "none" if out is None else os.path.abspath(out)})
         out_dir = self._claim_run_dir(out, overwrite) if out is not None else None
         self.config.evolve = {"t_end": t_end, "snapshot_every": cadences["snapshot"],
                               "checkpoint_every": cadences["checkpoint"], "out": str(out_dir) if out_dir else None}

@@ -52,4 +52,5 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _short(value: str) -> str:
-    return value if len(value) <= 40 else value[:37] + "..."
+    """At most 40 characters: its start and its end (where paths differ), "..." between."""
+    return value if len(value) <= 40 else value[:15] + "..." + value[-22:]
