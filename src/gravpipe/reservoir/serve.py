@@ -115,8 +115,14 @@ def _ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return ctx
 
 
+#: seconds a stopping server waits for its open connections
+SHUTDOWN_SECONDS = 2.0
+
+
 async def _serve(app: web.Application, host: str, port: int, ctx: ssl.SSLContext | None, root: str) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # a stop (Ctrl-C, SIGINT) waits this long for open connections (a client's keep-alive
+    # streams) before it closes them; aiohttp's default of 60 s keeps a stopped server around
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ctx, backlog=128)
     await site.start()
