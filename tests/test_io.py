@@ -31,6 +31,7 @@ from gravpipe.io import (
     write_snapshot,
 )
 from gravpipe.io import snapshot as snapshot_module
+from gravpipe.io.fields import G_CGS
 from gravpipe.particles import Particles
 
 N = 257
@@ -703,6 +704,38 @@ def test_yt_loads_snapshot(tmp_path, particles):
         np.testing.assert_allclose(mass, ref_mass, rtol=1e-12, atol=0)
 
 
+PC_CM, MSUN_G = 3.0856775814913673e18, 1.988409870698051e33
+
+
+@pytest.mark.parametrize("scale", [None, (PC_CM, MSUN_G)])
+def test_yt_and_pynbody_show_the_files_time_and_mass(tmp_path, particles, scale):
+    """Both opened our snapshots with GADGET's default units (pynbody: 9.78 Gyr for t = 1 and
+    t = 10, a cosmological age; yt: a total mass of 2e43 g). The files carry GADGET-4's unit
+    attributes (N-body scale, or the physical one given) and Time_GYR: pynbody reads them,
+    yt takes them as unit_base (its Gadget frontend reads none from a file)."""
+    yt = pytest.importorskip("yt")
+    pynbody = pytest.importorskip("pynbody")
+    from gravpipe import io
+
+    params = {} if scale is None else {"UnitLength_in_cm": scale[0], "UnitMass_in_g": scale[1]}
+    length, mass = (1.0, 1 / G_CGS) if scale is None else scale
+    unit_time = (length ** 3 / (G_CGS * mass)) ** 0.5  # G = 1 in these units
+    for t in (1.0, 10.0):
+        path = write_snapshot(tmp_path / f"snap_{t:g}.hdf5", particles, t, parameters=params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = pynbody.load(str(path))
+            assert float(s.properties["time"].in_units("s")) == pytest.approx(t * unit_time, rel=1e-12)
+            assert float(s["mass"].sum().in_units("g")) == pytest.approx(particles.total_mass * mass, rel=1e-12)
+            ds = yt.load(str(path), unit_base=io.unit_base(path))
+            assert float(ds.current_time.to("s")) == pytest.approx(t * unit_time, rel=1e-12)
+            total = ds.all_data()["PartType1", "Masses"].sum()
+            assert float(total.to("g")) == pytest.approx(particles.total_mass * mass, rel=1e-12)
+            assert float(ds.length_unit.to("cm")) == pytest.approx(length, rel=1e-12)
+    if scale is not None:  # a Plummer sphere of 1 Msun in 1 pc: the crossing time is ~15 Myr
+        assert unit_time / 3.15576e13 == pytest.approx(14.9, rel=0.01)
+
+
 def test_pynbody_loads_snapshot(tmp_path, particles):
     pynbody = pytest.importorskip("pynbody")
     path = write_snapshot(tmp_path / "snap.hdf5", particles, 1.5)
@@ -715,10 +748,10 @@ def test_pynbody_loads_snapshot(tmp_path, particles):
         props = s.properties
         assert (props["h"], props["a"], props["omegaM0"], props["omegaL0"]) == (1.0, 1.0, 0.0, 0.0)
         assert "boxsize" not in props  # isolated: no periodic box
-        # its default GADGET units carry factors of a and h; with a = h = 1 a conversion
-        # between them and the same units without those factors changes no number
-        pos_plain = s["pos"].in_units("Mpc")
-        mass_plain = s["mass"].in_units("1e10 Msol")
+        # the units of the file's GADGET-4 attributes (N-body scale: 1 cm, 1/G_cgs g), with
+        # factors of a and h that change no number at a = h = 1
+        pos_plain = s["pos"].in_units("cm")
+        mass_plain = s["mass"].in_units("g") * G_CGS
     assert not [w for w in caught if "Assuming default value" in str(w.message)]
     assert len(s) == N
     ref_ids, ref_pos, ref_vel, ref_mass = _sorted_by_id(particles.id, particles.pos, particles.vel, particles.mass)

@@ -16,7 +16,8 @@
 A run over P MPI ranks writes multi-file sets (``io.sets``: a folder of P files, one per
 rank, written at once and atomically); ``read``, ``read_snapshot`` and ``describe`` take
 a set's folder or any member as one snapshot. yt (``yt.load``) and pynbody open the files
-and the sets directly; files from GADGET, AREPO and similar codes in the same layout are
+and the sets directly (the files carry GADGET-4's unit attributes, which pynbody reads; yt
+takes them as ``yt.load(path, unit_base=io.unit_base(path))``); files from GADGET, AREPO and similar codes in the same layout are
 read with ``read_snapshot(path, part_type=k)``.
 """
 
@@ -24,7 +25,7 @@ from gravpipe.io.atomic import atomic_open, atomic_path
 from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, HeaderAttr, SnapshotField
 from gravpipe.io.snapshot import Snapshot, SnapshotError, write_snapshot
 # read_snapshot, read and describe take single files and multi-file sets alike
-from gravpipe.io.sets import describe, file_share, is_set, read, read_snapshot, set_members, write_set
+from gravpipe.io.sets import describe, file_share, is_set, read, read_snapshot, set_members, unit_base, write_set
 from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "read_snapshot",
     "set_members",
     "streamed_snapshot",
+    "unit_base",
     "write_set",
     "write_snapshot",
 ]

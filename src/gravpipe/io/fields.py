@@ -165,6 +165,22 @@ HEADER_ATTR_NAMES: frozenset[str] = frozenset(a.name for a in HEADER_ATTRS)
 #: zero-size periodic box. The writer rejects other values for these keys.
 NON_COSMOLOGICAL: dict[str, float] = {"Omega0": 0.0, "OmegaLambda": 0.0, "HubbleParam": 1.0}
 
+#: The gravitational constant in cgs (CODATA 2018), cm^3 g^-1 s^-2: ties the unit attributes
+#: below to the run's G.
+G_CGS = 6.6743e-8
+#: Seconds in the Gyr of pynbody's ``Time_GYR`` (Julian years).
+SECONDS_PER_GYR = 1e9 * 365.25 * 86400.0
+
+#: GADGET-4's unit attributes, written to ``/Parameters`` so that readers convert the numbers
+#: in the file to physical units consistently with the run's G (``G`` in /Parameters):
+#: UnitLength_in_cm and UnitMass_in_g as given (``parameters``: a physical scale of the
+#: run), else the N-body scale 1 cm and 1 / G_cgs g, where G = 1 in cgs-like units; the
+#: time unit follows from G = G_cgs M T^2 / L^3 and the velocity unit is L / T. pynbody
+#: reads them from /Parameters (and the time from ``Time_GYR``, which it would otherwise
+#: take for a cosmological age); yt's Gadget frontend takes units only from its
+#: ``unit_base`` argument: ``io.unit_base(path)`` gives it these.
+UNIT_ATTRS = ("UnitLength_in_cm", "UnitMass_in_g", "UnitVelocity_in_cm_per_s", "UnitTime_in_s")
+
 #: ``/Parameters`` keys that gravpipe itself fills in; ``describe`` explains them.
 STANDARD_PARAMETERS: dict[str, str] = {
     "units": "unit system of every number in the file",
@@ -173,7 +189,12 @@ STANDARD_PARAMETERS: dict[str, str] = {
     "eps": "Plummer softening length",
     "code_version": "gravpipe version that wrote the file",
     "gravpipe_format_version": "version of gravpipe's conventions inside the GADGET layout",
-    "Omega0": "matter density parameter: 0, not a cosmological run (read by yt and pynbody)",
+    "Omega0": "matter density: 0, not a cosmological run (read by yt, pynbody)",
     "OmegaLambda": "cosmological constant: 0 tells yt the run is not cosmological",
     "HubbleParam": "h = 1 so that pynbody's h-scaled units leave the numbers unchanged",
+    "UnitLength_in_cm": "length unit in cm (GADGET-4; N-body units: 1)",
+    "UnitMass_in_g": "mass unit in g (GADGET-4; N-body units: 1/G_cgs, so that G = 1)",
+    "UnitVelocity_in_cm_per_s": "velocity unit in cm/s (GADGET-4): length unit / time unit",
+    "UnitTime_in_s": "time unit in s, from G = G_cgs M T^2 / L^3",
+    "Time_GYR": "the header Time in Gyr (pynbody's time)",
 }

@@ -145,7 +145,7 @@ def _write_member(path: Path, particles: Particles, b: int, e: int, time: float,
     n = particles.n
     arrays = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
               "id": single._ids_for_file(particles.id[b:e])}
-    params = single._parameters_for_file(parameters)
+    params = single._parameters_for_file(parameters, single._finite_float("time", time))
     checked = None if state is None else single._checked_state(state)
     with h5py.File(path, "w") as f:
         single._write_header(f.create_group(HEADER_GROUP), e - b, single._finite_float("time", time),
@@ -329,6 +329,13 @@ def _joined(members: list[Path], parts: list[dict[str, Any]], part_type: int) ->
                     potential=data.get("potential"), acceleration=data.get("acceleration"),
                     parameters=parts[0]["parameters"], integrator_state=state, path=members[0],
                     part_type=part_type)
+
+
+def unit_base(path: str | os.PathLike[str]) -> dict[str, float]:
+    """``snapshot.unit_base`` of a single file or of the set ``path`` names (its member 0):
+    ``yt.load(path, unit_base=io.unit_base(path))``."""
+    members = set_members(path)
+    return single.unit_base(path if members is None else members[0])
 
 
 def describe(path: str | os.PathLike[str]) -> str:

@@ -47,6 +47,7 @@ from gravpipe.io.fields import (
     EXTRA_FIELDS,
     FIELDS_BY_NAME,
     FORMAT_VERSION,
+    G_CGS,
     HISTORY_PREFIX,
     GRAVPIPE_PART_TYPE,
     HEADER_ATTRS,
@@ -58,6 +59,7 @@ from gravpipe.io.fields import (
     NON_COSMOLOGICAL,
     PARAMETERS_GROUP,
     PARTICLE_FIELDS,
+    SECONDS_PER_GYR,
     STANDARD_PARAMETERS,
     SnapshotField,
     part_group_name,
@@ -196,7 +198,7 @@ def write_snapshot(
     for source, field in EXTRA_FIELDS.items():
         if extras[source] is not None:
             arrays[source] = as_float_array(source, extras[source], field.shape(n))
-    params = _parameters_for_file(parameters)
+    params = _parameters_for_file(parameters, time_f)
     state = None if integrator_state is None else _checked_state(integrator_state)
 
     with atomic_path(path) as tmp:
@@ -290,7 +292,9 @@ def _write_integrator(group: h5py.Group, state: dict[str, Any]) -> None:
             group.attrs[key] = value
 
 
-def _parameters_for_file(parameters: Mapping[str, Scalar] | None) -> dict[str, Any]:
+def _parameters_for_file(parameters: Mapping[str, Scalar] | None, time: float) -> dict[str, Any]:
+    """The /Parameters of a file at ``time``: the caller's, checked, with gravpipe's own
+    (units, G, versions, the neutral cosmology, GADGET-4's unit attributes and Time_GYR)."""
     given = dict(parameters) if parameters is not None else {}
     for key in given:
         _check_key("parameters", key)
@@ -313,7 +317,38 @@ def _parameters_for_file(parameters: Mapping[str, Scalar] | None) -> dict[str, A
     converted = {key: _attr_value(f"parameters[{key!r}]", value) for key, value in out.items()}
     _check_number(converted, "G", lambda g: g > 0, "> 0")
     _check_number(converted, "eps", lambda e: e >= 0, ">= 0")
+    converted.update(_unit_attrs(converted, time))
     return converted
+
+
+def _unit_attrs(params: dict[str, Any], time: float) -> dict[str, float]:
+    """GADGET-4's unit attributes (``fields.UNIT_ATTRS``) and Time_GYR for a file at ``time``:
+    length and mass units as given in ``params``, else the N-body scale; the others follow
+    from the run's G."""
+    for key in ("UnitLength_in_cm", "UnitMass_in_g"):
+        _check_number(params, key, lambda v: v > 0, "> 0")
+    length = float(params.get("UnitLength_in_cm", 1.0))
+    mass = float(params.get("UnitMass_in_g", 1.0 / G_CGS))
+    # UnitVelocity_in_cm_per_s, UnitTime_in_s and Time_GYR given (a file's parameters handed
+    # back) are replaced by those that follow from the length, the mass, G and the time
+    unit_time = math.sqrt(float(params["G"]) * length ** 3 / (G_CGS * mass))
+    return {"UnitLength_in_cm": length, "UnitMass_in_g": mass, "UnitVelocity_in_cm_per_s": length / unit_time,
+            "UnitTime_in_s": unit_time, "Time_GYR": time * unit_time / SECONDS_PER_GYR}
+
+
+def unit_base(path: str | os.PathLike[str]) -> dict[str, float]:
+    """The units of a snapshot written by gravpipe as yt's ``unit_base``:
+    ``yt.load(path, unit_base=io.unit_base(path))`` (yt's Gadget frontend does not read
+    them from the file). Files without them (older, or from other codes): N-body scale."""
+    p = _existing_file(path)
+    with _open_snapshot(p) as f:
+        params = _attrs_to_dict(f[PARAMETERS_GROUP].attrs) if PARAMETERS_GROUP in f else {}
+    found = {k: float(params[k]) for k in ("UnitLength_in_cm", "UnitMass_in_g", "UnitVelocity_in_cm_per_s")
+             if k in params}
+    if len(found) < 3:
+        units = _unit_attrs({"G": float(params.get("G", 1.0))}, 0.0)
+        found = {k: units[k] for k in ("UnitLength_in_cm", "UnitMass_in_g", "UnitVelocity_in_cm_per_s")}
+    return found
 
 
 def _is_number(value: object, expected: float) -> bool:

@@ -169,7 +169,7 @@ def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n: expected an integer >= 1, got {n!r}")
     time_f = _finite_float("time", time)
-    params = _parameters_for_file(parameters)
+    params = _parameters_for_file(parameters, time_f)
     state = None if integrator_state is None else _checked_state(integrator_state)
     clash = sorted(set(state or {}) & set(per_particle_state or {}))
     if clash:
