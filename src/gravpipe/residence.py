@@ -89,9 +89,9 @@ def _check_one_process(home: Residence, comm: Any, where: str = "") -> None:
     """ValueError unless a run that lives in ``home`` (whose limits allow only comm=None) has
     one process: ``comm`` given, or mpiexec's several processes (each would otherwise run
     the whole simulation on its own, writing the same files)."""
-    from gravpipe import parallel
+    from gravpipe.parallel.comm import resolve_comm
 
-    resolved = parallel.resolve_comm(comm)
+    resolved = resolve_comm(comm)
     if resolved is not None:
         raise ValueError(f"{where}out of core (memory_budget) runs in one process; this one has "
                          f"{resolved.Get_size()} MPI ranks, each of which would run the whole simulation: run it "
