@@ -333,3 +333,32 @@ def test_hermite_bench_fields_consistent():
     assert doc["benchmark"] == "hermite" and doc["results"][0]["particle_steps"] == r.particle_steps
     json.dumps(doc)  # JSON-ready
     assert "particle steps/s" in hermite.summary(r)
+
+
+def _spin_count_after_import(**env) -> tuple[int, str]:
+    """libgomp's spin count as it initialized in a process that imported gravpipe
+    (OMP_DISPLAY_ENV=verbose makes it print it), and GOMP_SPINCOUNT in that process's
+    environment after the import."""
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    full.update({"OMP_DISPLAY_ENV": "verbose", **env})
+    r = subprocess.run([sys.executable, "-c", "import os, gravpipe; print(os.environ.get('GOMP_SPINCOUNT'))"],
+                       capture_output=True, text=True, env=full, timeout=120)
+    assert r.returncode == 0, r.stderr
+    found = [line.split("=")[1].strip().strip("'") for line in r.stderr.splitlines() if "GOMP_SPINCOUNT" in line]
+    if not found:
+        pytest.skip("the OpenMP runtime does not print GOMP_SPINCOUNT (not libgomp)")
+    return int(found[0]), r.stdout.strip()
+
+
+def test_openmp_threads_spin_briefly_unless_the_user_chose():
+    """Hermite's host time jumped 17x from N = 4095 to 4096 on a shared CPU: from there its
+    short parallel regions ran, and libgomp's idle threads spun ~300000 iterations after each,
+    taking the cores from the thread they waited for. gravpipe's default is 1000 spins, set
+    before libgomp loads and taken out of the environment again; the user's choice wins."""
+    assert _spin_count_after_import() == (1000, "None")
+    assert _spin_count_after_import(GOMP_SPINCOUNT="12345") == (12345, "12345")
+    assert _spin_count_after_import(OMP_WAIT_POLICY="active")[0] > 1000

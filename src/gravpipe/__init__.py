@@ -10,13 +10,19 @@ are ``BackendUnavailableError`` (a backend or instruction set missing here) and
 default: G = M = 1.
 """
 
-from gravpipe import diagnostics, ic, io
-from gravpipe.errors import BackendUnavailableError, IntegrationError
-from gravpipe.particles import Particles
-from gravpipe.gravity import accel
-from gravpipe.pipeline import Pipeline, PipelineStats, available_backends
-from gravpipe.simulation import Simulation, Timings
-from gravpipe.tree import Tree, TreeStats
+from gravpipe import _openmp_env
+
+_spin_chosen = _openmp_env.choose()  # before the core (and libgomp) loads
+from gravpipe import _core  # noqa: E402
+_openmp_env.restore(_spin_chosen)
+
+from gravpipe import diagnostics, ic, io  # noqa: E402
+from gravpipe.errors import BackendUnavailableError, IntegrationError  # noqa: E402
+from gravpipe.particles import Particles  # noqa: E402
+from gravpipe.gravity import accel  # noqa: E402
+from gravpipe.pipeline import Pipeline, PipelineStats, available_backends  # noqa: E402
+from gravpipe.simulation import Simulation, Timings  # noqa: E402
+from gravpipe.tree import Tree, TreeStats  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["BackendUnavailableError", "IntegrationError", "Particles", "Pipeline", "PipelineStats", "Simulation",
