@@ -294,13 +294,19 @@ def test_the_hosts_environment_stays_its_own(build):
 def test_errors_give_messages_and_error_returns(c_driver):
     r = run(c_driver, "errors")
     codes = [int(line.split(" = ")[1]) for line in r.stdout.splitlines() if " = " in line]
-    ok = [1, 8, 13, 15, 18]  # g6_open, the valid j write, the valid lasthalf2, read list, first close
-    assert codes == [0 if k in ok else -1 for k in range(21)], codes
+    # g6_open, the valid j write, the valid lasthalf2, read list, first close; then (issue 49)
+    # g6_open again, a j write, set_ti(0), set_ti(0), the last lasthalf, the last close
+    ok = [1, 8, 13, 15, 18, 21, 22, 25, 29, 30, 31]
+    assert codes == [0 if k in ok else -1 for k in range(32)], codes
     assert "nan_after_error 1" in r.stdout     # a failed lasthalf leaves NaN, never a stale force
     assert "acc_ok 1 nn 0 pot -1.000000" in r.stdout
     for why in ("is not open", "already open", "no g6calc_firsthalf is pending", "outside the j-memory",
                 "NaN or infinite", "was never written", "eps2 must be finite", "exceeds g6_npipes()",
-                "call g6_read_neighbour_list", "ipipe = 5 is outside"):
+                "call g6_read_neighbour_list", "ipipe = 5 is outside",
+                # a failed g6_set_ti fails the calculations after it, and a second firsthalf
+                # before its lasthalf fails both (each silently used the old ti / the second)
+                "g6_set_ti: ti = nan is not finite", "the last g6_set_ti failed (ti = nan is not finite)",
+                "a g6calc_firsthalf is already pending"):
         assert why in r.stderr, why
     assert all(line.startswith("gravpipe g6: ") for line in r.stderr.splitlines())
 

@@ -296,6 +296,22 @@ static int run_errors(void) {
   SHOW(g6_close(0));
   SHOW(g6_close(0));                                                /* twice */
   SHOW(g6_set_j_particle(0, 0, 0, 0, 0, 1, z, z, z, v, x));         /* after close */
+  SHOW(g6_open(0));                                                 /* 21: again */
+  SHOW(g6_set_j_particle(0, 0, 0, 0, 0, 1, z, z, z, v, x));
+  SHOW(g6_set_ti(0, nan));                                          /* the next calculation fails */
+  g6calc_firsthalf(0, 1, 1, idx, xi, vi, acc, jerk, pot, 0.0, h2);
+  SHOW(g6calc_lasthalf(0, 1, 1, idx, xi, vi, 0.0, h2, acc, jerk, pot));
+  SHOW(g6_set_ti(0, 0.0));
+  g6calc_firsthalf(0, 1, 1, idx, xi, vi, acc, jerk, pot, 0.0, h2);
+  g6calc_firsthalf(0, 1, 1, idx, xi, vi, acc, jerk, pot, 0.0, h2);  /* a second one: both dropped */
+  SHOW(g6calc_lasthalf(0, 1, 1, idx, xi, vi, 0.0, h2, acc, jerk, pot));
+  g6calc_firsthalf(0, 1, 1, idx, xi, vi, acc, jerk, pot, 0.0, h2);
+  SHOW(g6_set_ti(0, nan));                                          /* between firsthalf and lasthalf */
+  SHOW(g6calc_lasthalf(0, 1, 1, idx, xi, vi, 0.0, h2, acc, jerk, pot));
+  SHOW(g6_set_ti(0, 0.0));
+  g6calc_firsthalf(0, 1, 1, idx, xi, vi, acc, jerk, pot, 0.0, h2);
+  SHOW(g6calc_lasthalf(0, 1, 1, idx, xi, vi, 0.0, h2, acc, jerk, pot)); /* 30: fine again */
+  SHOW(g6_close(0));
   return 0;
 }
 

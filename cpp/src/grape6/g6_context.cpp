@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/format_number.hpp"
 
 namespace gravpipe::grape6 {
 
@@ -60,8 +61,20 @@ void Context::set_precision(Precision p) {
 }
 
 void Context::set_ti(double ti) {
-  if (!std::isfinite(ti)) throw InputError("ti must be finite");
+  if (!std::isfinite(ti)) {
+    // the calculations that follow would predict to the old ti without a word: they fail
+    // until a g6_set_ti succeeds
+    ti_error_ = "ti = " + format_number(ti) + " is not finite";
+    throw InputError(ti_error_);
+  }
+  ti_error_.clear();
   ti_ = ti;
+}
+
+void Context::check_ti() const {
+  if (!ti_error_.empty())
+    throw InputError("the last g6_set_ti failed (" + ti_error_ +
+                     "): no time to predict the j-particles to; call g6_set_ti with a finite time");
 }
 
 void Context::set_j_particle(int address, const JParticle& p) { jmem_.write(address, p); }
@@ -81,9 +94,15 @@ void Context::firsthalf_failed(const std::string& why) {
 }
 
 void Context::firsthalf(IParticles i) {
+  // a second firsthalf before its lasthalf would silently replace the first's i-particles
+  const bool pending = has_pending_;
   has_pending_ = false;
   firsthalf_error_.clear();
   lists_valid_ = lists_read_ = nn_valid_ = false;
+  if (pending)
+    throw InputError("a g6calc_firsthalf is already pending (call firsthalf, then lasthalf, once each); "
+                     "both are dropped");
+  check_ti();
   if (!std::isfinite(i.eps2) || i.eps2 < 0) throw InputError("eps2 must be finite and >= 0");
   if (!all_finite(i.x) || !all_finite(i.v)) throw InputError("i-particle positions or velocities are NaN or infinite");
   if (!all_finite(i.h2)) throw InputError("h2 (neighbour radius squared) is NaN or infinite");
@@ -143,6 +162,7 @@ void Context::lasthalf(std::size_t nj, std::size_t ni, const ForceOutput& out) {
                                  : "the g6calc_firsthalf before it failed: " + why);
   }
   has_pending_ = false;
+  check_ti();  // a g6_set_ti between firsthalf and lasthalf failed
   const IParticles& i = pending_;
   if (nj != i.nj || ni != i.ni)
     throw InputError("lasthalf (nj = " + std::to_string(nj) + ", ni = " + std::to_string(ni) +

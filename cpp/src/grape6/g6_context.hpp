@@ -64,6 +64,8 @@ class Context {
 
  private:
   void predict(std::size_t nj);
+  /// Throws InputError while the last g6_set_ti failed.
+  void check_ti() const;
   void write_pipeline(double eps2);
   void ensure_neighbour_tiles();
   void search_neighbours(const IParticles& i, bool want_nearest, Span<int> nn);
@@ -71,6 +73,7 @@ class Context {
   Settings settings_;
   JMemory jmem_;
   double ti_ = 0;
+  std::string ti_error_;  // why the last g6_set_ti failed; empty after one that succeeded
   int threads_;
 
   // j-particles predicted to ti, cached against (ti, j-memory version, nj)
