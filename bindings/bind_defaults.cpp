@@ -28,6 +28,7 @@ nb::dict tree_defaults() {
   const gravpipe::TreeParams p{};
   nb::dict d;
   d["theta"] = p.theta, d["quad_tol"] = p.quad_tol, d["n_leaf"] = p.n_leaf, d["n_crit"] = p.n_crit;
+  d["theta_max"] = gravpipe::kThetaMax;  // a bound, not a parameter
   return d;
 }
 
@@ -37,6 +38,9 @@ void bind_defaults(nb::module_& m) {
   m.def("defaults", [] {
     nb::dict d;
     d["hermite"] = hermite_defaults(), d["leapfrog"] = leapfrog_defaults(), d["tree"] = tree_defaults();
+    nb::dict timeline;  // Hermite's integer block clock (timeline.hpp)
+    timeline["ticks_per_dt_max"] = gravpipe::kTicksPerDtMax;
+    d["timeline"] = timeline;
     return d;
-  }, "Default parameters of the core's integrators and treecode, by algorithm.");
+  }, "Default parameters of the core's integrators and treecode, by algorithm; the block clock's ticks.");
 }

@@ -295,6 +295,7 @@ void bind_tree(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>(),
            "Forces on pos_i; the j-set itself with exclude = own index is self-gravity.")
       .def_prop_ro("isa", [](const TreeForceProvider& p) { return isa_name(p.isa()); })
+      .def_prop_ro("precision", [](const TreeForceProvider& p) { return precision_name(p.precision()); })
       .def("tree_stats", [](const TreeForceProvider& p) { return tree_stats_dict(p.tree_stats()); })
       .def_prop_ro("frame", [](const TreeForceProvider& p) -> std::optional<std::tuple<std::array<double, 3>, double>> {
         const std::optional<CurveBox> f = p.frame();

@@ -362,3 +362,22 @@ def test_openmp_threads_spin_briefly_unless_the_user_chose():
     assert _spin_count_after_import() == (1000, "None")
     assert _spin_count_after_import(GOMP_SPINCOUNT="12345") == (12345, "12345")
     assert _spin_count_after_import(OMP_WAIT_POLICY="active")[0] > 1000
+
+
+def test_the_cores_integrators_refuse_a_time_their_clock_cannot_hold():
+    """The core's own evolve_to (for callers that reach it directly): Hermite's int64 ticks
+    ran on without end towards t = 1e300; the leapfrog cast 1e302 steps to int64 and said
+    "t = 2000...(300 digits) is before the current time"."""
+    from gravpipe import _core
+
+    p = gp.ic.plummer(64, seed=1)
+    pipe = gp.Pipeline(eps=1 / 64)
+    args = (np.array(p.pos), np.array(p.vel), np.array(p.mass), 0.0)
+    leapfrog = _core.Leapfrog(pipe._impl, *args, 1 / 128, None, None)
+    hermite = _core.Hermite(pipe._impl, *args, 0.02, 0.01, 0.125, None, None)
+    with pytest.raises(ValueError, match=r"t = 1e\+300 is a time the leapfrog's step count cannot hold"):
+        leapfrog.evolve_to(1e300)
+    with pytest.raises(ValueError, match=r"^evolve_to: t = -1.0 is before the current time 0.0$"):
+        leapfrog.evolve_to(-1.0)
+    with pytest.raises(ValueError, match=r"t = 1e\+300 is a time the integer timeline cannot hold"):
+        hermite.evolve_to(1e300)

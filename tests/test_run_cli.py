@@ -200,6 +200,23 @@ def test_more_threads_than_the_machine_can_start_are_refused_in_one_line(tmp_pat
     assert f"argument --threads: {threads} is more than this machine can start for one process" in r.stderr
 
 
+@pytest.mark.parametrize("precision", ["mixed", "double"])
+def test_a_tree_runs_range_is_its_list_kernels(capsys, tmp_path, precision):
+    """The tree's mixed-precision list kernels carry |x| <= 1e18 (float32 squares): an IC at
+    1e20 is refused in one line (it ended in a non-finite force blamed on eps = 0); in double
+    precision it runs."""
+    p = gp.ic.plummer(64, seed=2)
+    pos = np.array(p.pos)
+    pos[7, 1] = 1e20
+    io.write_snapshot(tmp_path / "ic.h5", gp.Particles(pos, p.vel, p.mass), 0.0)
+    code, _, err = run_main(capsys, "run", tmp_path / "ic.h5", "--gravity", "tree", "--precision", precision,
+                            "--t-end", "1/64", "--no-progress")
+    if precision == "double":
+        assert code == 0, err
+    else:
+        assert code == 2 and err.count("\n") == 1 and "pos: value 1e+20 at index 7 exceeds 1e+18" in err, err
+
+
 def test_the_python_api_refuses_them_too():
     from gravpipe._validate import thread_limit
 

@@ -78,6 +78,10 @@ def test_theta_beyond_two_over_sqrt3_is_refused():
         with pytest.raises(ValueError, match=r"theta: .* is beyond 1.1547"):
             gp.Simulation(gp.ic.plummer(100, seed=1), gravity="tree", theta=theta)
     gp.Tree(pos, mass, theta=1.15).forces()
+    from gravpipe import _core  # the core refuses it too, for callers that reach it directly
+
+    with pytest.raises(ValueError, match=r"theta: 5.0 is beyond 1.1547 \(2/sqrt\(3\)\)"):
+        _core.TreeForceProvider(0.01, 1.0, 5.0, True, 0.0, 16, 256, 0.0, 1, "mixed")
 
 
 @pytest.mark.parametrize("quad_tol", [-1e-3, float("nan"), float("inf"), "far", True])

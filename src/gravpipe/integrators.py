@@ -99,7 +99,7 @@ def check_restart(name: str, state: dict[str, Any], n: int, where: str = "/Integ
 
 # defaults: the core's parameter structs (HermiteParams, LeapfrogParams), never restated here
 _DEFAULTS = _core.defaults()
-_TICKS_PER_DT_MAX = 2 ** 40
+_TICKS_PER_DT_MAX = int(_DEFAULTS["timeline"]["ticks_per_dt_max"])
 
 INTEGRATORS: dict[str, IntegratorSpec] = {
     "hermite": IntegratorSpec(

@@ -23,8 +23,8 @@ DEFAULT_THETA: float = _DEFAULTS["theta"]
 #: size/theta + |com - box centre| from its centre of mass (size: the longest side of its
 #: box); a point of the box lies within sqrt(3)/2 size + |com - box centre| of it. Beyond
 #: theta = 2/sqrt(3) a particle inside a cell's own box can accept the cell, where its
-#: multipole expansion diverges.
-THETA_MAX: float = 2 / 3 ** 0.5
+#: multipole expansion diverges (the core's kThetaMax, which its check_tree_params applies).
+THETA_MAX: float = _DEFAULTS["theta_max"]
 DEFAULT_QUAD_TOL: float = _DEFAULTS["quad_tol"]
 
 

@@ -72,6 +72,12 @@ struct TreeParams {
   int device = 0;  // CUDA device number, for backend "cuda"
 };
 
+/// The largest opening angle at which the MAC means anything: a cell is accepted beyond
+/// size/theta + |com - box centre| from its centre of mass, and a point of its box lies
+/// within sqrt(3)/2 size + |com - box centre| of it, so beyond 2/sqrt(3) a particle inside
+/// a cell's own box could take the cell's multipole expansion, which diverges there.
+constexpr double kThetaMax = 1.1547005383792517;  // 2/sqrt(3)
+
 /// Throws InputError naming the first bad parameter (theta, eps, n_leaf, ...).
 void check_tree_params(const TreeParams& p);
 /// Throws InputError when p asks for backend "cuda": `who` (a tree without a GPU path:
@@ -427,6 +433,8 @@ class TreeForceProvider final : public ForceProvider {
   PipelineStats stats() const override { return stats_; }
   const TreeStats& tree_stats() const { return last_; }
   Isa isa() const { return isa_; }
+  /// The list kernels' arithmetic (the range of coordinates they carry).
+  Precision precision() const { return params_.precision; }
   /// The frame of the current j-set's tree (none before the first set_j).
   std::optional<CurveBox> frame() const { return tree_ ? std::optional<CurveBox>(tree_->frame()) : std::nullopt; }
 

@@ -139,9 +139,15 @@ void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) cons
 
 void HermiteIntegrator::evolve_to(double t) {
   if (!std::isfinite(t)) throw InputError("evolve_to: t must be finite");
+  // the block clock counts int64 ticks from the grid origin: 2^62 of them leave a step's end room
+  const double most = static_cast<double>(std::int64_t{1} << 62) / static_cast<double>(kTicksPerDtMax);
+  if ((t - timeline_.t0) / params_.dt_max > most)
+    throw InputError("evolve_to: t = " + format_number(t) + " is a time the integer timeline cannot hold: at most " +
+                     format_number(most) + " steps of dt_max = " + format_number(params_.dt_max) + " from " +
+                     format_number(timeline_.t0));
   const std::optional<std::int64_t> target = grid_ticks(timeline_, t);
   if (target ? *target < now_ : t < time())
-    throw InputError("evolve_to: t = " + std::to_string(t) + " is before the current time " + std::to_string(time()));
+    throw InputError("evolve_to: t = " + format_number(t) + " is before the current time " + format_number(time()));
   const auto t_start = Clock::now();
   const double provider_before = provider_seconds(forces_.stats());
   std::int64_t t_block = 0;

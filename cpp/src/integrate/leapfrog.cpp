@@ -101,11 +101,16 @@ void LeapfrogIntegrator::step(double dt) {
 void LeapfrogIntegrator::evolve_to(double t) {
   const double want = (t - t0_) / params_.dt;
   if (!std::isfinite(want)) throw InputError("evolve_to: t must be finite");
+  // the step count is exact in float64 (t0 + k dt) to 2^53; beyond it k would not fit
+  if (want > 9007199254740992.0)
+    throw InputError("evolve_to: t = " + format_number(t) + " is a time the leapfrog's step count cannot hold: " +
+                     format_number(want) + " steps of dt = " + format_number(params_.dt) + " from " +
+                     format_number(t0_) + ", at most 2^53");
   const double whole = std::round(want);
   const bool on_grid = std::abs(want - whole) <= 1e-9 * std::max(1.0, std::abs(whole));
   const auto target = static_cast<std::int64_t>(on_grid ? whole : std::floor(want));
   if (on_grid ? target < steps_ : t < time())
-    throw InputError("evolve_to: t = " + std::to_string(t) + " is before the current time " + std::to_string(time()));
+    throw InputError("evolve_to: t = " + format_number(t) + " is before the current time " + format_number(time()));
   const auto t_start = Clock::now();
   const double provider_before = provider_seconds(forces_.stats());
   for (; steps_ < target; ++steps_) step(params_.dt);

@@ -12,6 +12,7 @@
 #include "gravpipe/error.hpp"
 #include "gravpipe/force_request_check.hpp"
 #include "gravpipe/stopwatch.hpp"
+#include "gravpipe/format_number.hpp"
 #include "gravpipe/tree.hpp"
 #include "tree_runs.hpp"
 
@@ -22,6 +23,9 @@ void check_tree_params(const TreeParams& p) {
   check_eps(p.eps);
   check_G(p.G);
   if (!(std::isfinite(p.theta) && p.theta > 0)) throw InputError("theta: must be finite and > 0");
+  if (p.theta > kThetaMax)
+    throw InputError("theta: " + format_number(p.theta) + " is beyond 1.1547 (2/sqrt(3)), where the opening "
+                     "criterion stops meaning anything");
   if (!(std::isfinite(p.quad_tol) && p.quad_tol >= 0)) throw InputError("quad_tol: must be finite and >= 0");
   if (p.n_leaf < 1) throw InputError("n_leaf: must be >= 1");
   if (p.n_crit < 1) throw InputError("n_crit: must be >= 1");
