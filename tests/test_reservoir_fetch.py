@@ -89,8 +89,9 @@ def test_resume_after_a_killed_fetch_resends_no_verified_chunk(run, server, tok,
     resent = server.stats["bytes"] - mid - len((run / "manifest.json").read_bytes())
     assert report["bytes_reused"] > 0 and report["bytes_transferred"] + report["bytes_reused"] == total
     assert resent == report["bytes_transferred"]
-    # chunks in flight when killed are the only bytes sent twice: at most one chunk per stream
-    assert first + resent <= total + 2 * SMALL_CHUNK
+    # chunks in flight when killed are the only bytes sent twice: at most two chunks per
+    # stream (one arriving, one being hashed and written), 2 streams
+    assert first + resent <= total + 2 * 2 * SMALL_CHUNK
     manifest.verify(dest)
     assert not (dest / fetch.PARTIAL).exists()
 
@@ -205,3 +206,75 @@ http {{ access_log off; client_body_temp_path {tmp_path}/tmp; proxy_temp_path {t
         p.wait(10)
     assert report["bytes"] == manifest.load(run).total_bytes
     manifest.verify(tmp_path / "d")
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "chunked"])
+def test_a_manifest_delivered_in_small_delayed_pieces(run, tok, tmp_path, length):
+    """A slow or shaped link hands the manifest over in pieces: fetch reads it to its end
+    (with and without Content-Length) before parsing it."""
+    import asyncio
+
+    inner = serve.make_app(run, TOKEN)
+    handler = next(iter(inner.router.routes())).handler
+    text = (run / "manifest.json").read_bytes()
+    sent = {"pieces": 0}
+
+    async def trickling(request: web.Request):
+        if request.path != "/manifest.json":
+            return await handler(request)
+        headers = {"Content-Type": "application/json"}
+        if length:
+            headers["Content-Length"] = str(len(text))
+        resp = web.StreamResponse(status=200, headers=headers)
+        if not length:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for i in range(0, len(text), 97):
+            await resp.write(text[i:i + 97])
+            sent["pieces"] += 1
+            if i % (97 * 8) == 0:
+                await asyncio.sleep(0.002)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", trickling)
+    app[serve.STATS] = inner[serve.STATS]
+    s = ThreadServer(app)
+    try:
+        report = fetch.fetch(s.url, tmp_path / "d", token_file=str(tok), streams=2)
+    finally:
+        s.close()
+    assert sent["pieces"] > 10 and report["retries"] == 0
+    assert (tmp_path / "d" / "manifest.json").read_bytes() == text
+    manifest.verify(tmp_path / "d")
+
+
+def test_each_stream_holds_at_most_two_chunks(run, server, tok, tmp_path, monkeypatch):
+    """Pipelined streams: the next chunk arrives while the last is hashed and written, but a
+    stream never holds more than two (one arriving, one being stored), even when storing is
+    slower than the link."""
+    held = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    receive, store = fetch.Fetcher._receive, fetch.Fetcher._store
+
+    async def counted_receive(self, *a, **kw):
+        data = await receive(self, *a, **kw)
+        with lock:
+            held["now"] += 1
+            held["most"] = max(held["most"], held["now"])
+        return data
+
+    def slow_store(f, k, offset, data):
+        time.sleep(0.01)
+        try:
+            store(f, k, offset, data)
+        finally:
+            with lock:
+                held["now"] -= 1
+
+    monkeypatch.setattr(fetch.Fetcher, "_receive", counted_receive)
+    monkeypatch.setattr(fetch.Fetcher, "_store", staticmethod(slow_store))
+    fetch.fetch(server.url, tmp_path / "d", token_file=str(tok), streams=3)
+    manifest.verify(tmp_path / "d")
+    assert 3 < held["most"] <= 2 * 3 and held["now"] == 0

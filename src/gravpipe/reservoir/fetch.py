@@ -2,14 +2,18 @@
 
 1. ``URL/manifest.json`` is read first (its request time is the RTT estimate).
 2. Every chunk of every file (manifest ``chunk_size``, 4 MiB) is one ``Range`` request;
-   K streams (connections) take chunks from one queue. Default K from the first chunk: a
-   stream asks for its next chunk only when the last one is in, so it idles one RTT per
-   chunk; K = 1 + ceil(BDP / chunk) with BDP = (one stream's measured rate) x RTT keeps
-   the link busy through those gaps (clamped to 2..16). Pass ``--streams`` on long fat
-   links where one stream is window-limited (see BENCHMARKS.md: W / RTT per stream).
+   K streams (connections) take chunks from one queue. Each stream is a two-stage
+   pipeline: while one chunk is hashed and written in a worker thread (SHA-256 and
+   ``os.pwrite`` release the GIL), the stream already reads the next one, so it never
+   waits for verification; at most two chunks per stream are in memory (one arriving, one
+   being stored). HTTP/1.1 still asks for the next chunk only when the last one is in, so
+   a stream idles one RTT per chunk. Default K from the first chunk:
+   K = 1 + ceil(BDP / chunk) with BDP = (one stream's measured rate) x RTT keeps the link
+   busy through those gaps (clamped to 2..16). Pass ``--streams`` on long fat links where
+   one stream is window-limited (see BENCHMARKS.md: W / RTT per stream).
 3. ``--rate`` paces the total to R bytes/s with one token bucket shared by the streams
    (the receiver reads no faster, so TCP's flow control paces the sender).
-4. Each chunk is checked against its SHA-256 as it arrives, written into
+4. Each chunk is checked against its SHA-256 once it is in, written into
    ``DEST/.partial/<file>`` at its offset and its index appended to ``<file>.journal``.
    An interrupted fetch resumes from the journal: journaled chunks are re-hashed on disk
    (cheap, local) and only those that fail or are missing are asked for again.
@@ -123,7 +127,7 @@ class Fetcher:
 
     # ---- one ranged request, retried -------------------------------------------------
     async def _get(self, session: aiohttp.ClientSession, name: str, start: int, end: int, stream: Stream,
-                   on_piece=None) -> bytes:
+                   on_piece=None) -> bytearray:
         url = f"{self.base}/{name}"
         last = "no attempt"
         for attempt in range(MAX_TRIES):
@@ -141,7 +145,7 @@ class Fetcher:
                 stream.seconds += time.perf_counter() - t0
         raise FetchError(f"{name}: bytes {start}-{end - 1} failed {MAX_TRIES} times (last: {last})")
 
-    async def _get_once(self, session, url, start, end, stream, on_piece) -> bytes:
+    async def _get_once(self, session, url, start, end, stream, on_piece) -> bytearray:
         want = end - start
         hdrs = {**self.headers, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         stream.requests += 1
@@ -154,21 +158,23 @@ class Fetcher:
                 raise _Retry(f"HTTP {resp.status}")
             elif resp.headers.get("Content-Range", "").split("/")[0] != f"bytes {start}-{end - 1}":
                 raise _Retry(f"Content-Range {resp.headers.get('Content-Range')!r}, asked bytes {start}-{end - 1}")
-            buf = bytearray()
-            while len(buf) < want:
-                n = min(PIECE, want - len(buf))
+            buf = bytearray(want)  # filled in place: one copy of each byte, none at the end
+            view = memoryview(buf)
+            got = 0
+            while got < want:
+                n = min(PIECE, want - got)
                 if self.bucket is not None:
                     await self.bucket.take(n)
                 piece = await resp.content.read(n)
                 if not piece:
-                    raise _Retry(f"connection closed after {len(buf)} of {want} bytes")
-                buf += piece
+                    raise _Retry(f"connection closed after {got} of {want} bytes")
+                view[got:got + len(piece)] = piece
+                got += len(piece)
                 stream.bytes += len(piece)
                 if on_piece is not None:
                     on_piece(len(piece))
-            if len(buf) != want:
-                raise _Retry(f"{len(buf)} bytes, asked {want}")
-            return bytes(buf)
+            view.release()
+            return buf
 
     # ---- the run of a fetch --------------------------------------------------------
     async def run(self) -> dict:
@@ -313,14 +319,37 @@ class Fetcher:
         return good
 
     async def _worker(self, session, m, work: asyncio.Queue, stream: Stream, advance) -> None:
-        while True:
-            try:
-                f, k = work.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            await self._chunk(session, m, f, k, stream, advance)
+        """One stream: read chunk k+1 while chunk k is hashed and written in a thread. The
+        store of k is awaited before that of k+1 starts, so at most two chunks are held."""
+        pending: asyncio.Future | None = None
+        try:
+            while True:
+                try:
+                    f, k = work.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                data = await self._receive(session, m, f, k, stream, advance)
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(asyncio.to_thread(self._store, f, k, m.chunk_span(f.name, k)[0],
+                                                                  data))
+                del data
+            if pending is not None:
+                await pending
+        finally:
+            # a store still running writes into f.fd: let its thread end before run() closes
+            # the files (a cancelled await would leave it writing into a closed descriptor)
+            if pending is not None:
+                if not pending.done():
+                    await asyncio.wait([pending])
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: the error that ends the stream is raised instead
 
     async def _chunk(self, session, m: mf.Manifest, f: _File, k: int, stream: Stream, advance) -> None:
+        data = await self._receive(session, m, f, k, stream, advance)
+        await asyncio.to_thread(self._store, f, k, m.chunk_span(f.name, k)[0], data)
+
+    async def _receive(self, session, m: mf.Manifest, f: _File, k: int, stream: Stream, advance) -> bytearray:
         a, b = m.chunk_span(f.name, k)
         got = [0]
 
@@ -335,15 +364,18 @@ class Fetcher:
             raise
         if got[0] != b - a:  # retried: the progress counted the lost pieces too
             advance(b - a - got[0])
-        await asyncio.to_thread(self._store, f, k, a, data)
+        return data
 
     @staticmethod
-    def _store(f: _File, k: int, offset: int, data: bytes) -> None:
+    def _store(f: _File, k: int, offset: int, data: bytearray) -> None:
         if hashlib.sha256(data).hexdigest() != f.entry.chunks[k]:
             raise FetchError(f"{f.name}: chunk {k} (bytes {offset}-{offset + len(data) - 1}) does not match the "
                              "manifest: the file changed at the source after its manifest entry; nothing written "
                              "under its final name")
-        os.pwrite(f.fd, data, offset)
+        view, done = memoryview(data), 0
+        while done < len(data):  # pwrite may write less than asked
+            done += os.pwrite(f.fd, view[done:], offset + done)
+        view.release()
         with open(f.journal, "a") as jh:
             jh.write(f"{k}\n")
 
