@@ -117,9 +117,27 @@ def test_let_volume_is_surface_scaling(node):
         comm = m.tree_evaluation(int(n), 0.6, ranks=p).communication
         let_bytes = node["constants"]["let"]["bytes_coeff"] * (n / p) ** (2 / 3)
         assert comm >= let_bytes * c["seconds_per_byte"]
-    a = m.tree_evaluation(int(1e9), 0.6, ranks=64).communication
-    b = m.tree_evaluation(int(8e9), 0.6, ranks=64).communication
+    # the essential trees' part (less the domain cut's collectives, the same at both N)
+    a, b = ((m.tree_evaluation(int(n), 0.6, ranks=64).communication - m.tree_domain(n, 64).communication)
+            for n in (1e9, 8e9))
     assert 3.5 < b / a < 4.05  # (8)^(2/3) = 4 on the bandwidth term
+
+
+def test_replicated_run_gathers_all_results_on_every_rank(node):
+    # gravpipe run over ranks keeps all N on every rank: each step gathers N results (48 bytes
+    # a particle) onto every rank, a distributed treecode does not
+    m = Model(node)
+    c = node["constants"]["network"]
+    dist = m.tree_evaluation(int(1e8), 0.6, ranks=64)
+    rep = m.tree_evaluation(int(1e8), 0.6, ranks=64, replicated=True)
+    assert rep.communication - dist.communication == pytest.approx(
+        c["latency_s"] + c["seconds_per_byte"] * 48 * 1e8 * 63 / 64)
+    assert m.tree_domain(1e8, 1, True).total == 0.0
+    # with the two-rank calibration's constants: log2 P collectives, N/P per-body work
+    doc = {"constants": {**node["constants"], "let": {**node["constants"]["let"], "domain_fixed_s": 1e-3,
+                                                      "domain_per_body_s": 2e-7}}}
+    d = Model(doc).tree_domain(1e6, 8)
+    assert d.communication == pytest.approx(3e-3) and d.host == pytest.approx(2e-7 * 1e6 / 8)
 
 
 def test_whole_run_grows_with_t_end_and_breakdown_adds_up(h100):

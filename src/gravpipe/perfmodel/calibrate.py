@@ -37,6 +37,7 @@ import numpy as np
 import gravpipe as gp
 from gravpipe.perfmodel import machinefile
 from gravpipe.perfmodel.model import Breakdown, Model, predict
+from gravpipe.tree import DEFAULT_THETA
 
 GOAL_CALIBRATED, GOAL_OTHER = 0.25, 0.30
 EPS = 1 / 64
@@ -195,15 +196,37 @@ def _hermite(t_end: float, rounds: int, say) -> tuple[dict, dict, list, object, 
 TREE_CAL = [(30000, 0.5, None), (30000, 0.8, None), (120000, 0.5, None), (120000, 0.8, None), (30000, 0.5, 1)]
 TREE_CMP = [(60000, 0.6, None), (250000, 0.6, None), (120000, 0.4, None), (120000, 0.6, 1)]
 TREE_RUN = (120000, 4 / 128)
+TREE_COUNT_SIZES = (480000, 1000000, 2000000)  # interaction counts only, for the law's N dependence
 
 
-def _tree_once(n: int, theta: float, threads: int | None):
+TREE_MIN_SECONDS = 0.3  # of work per round and point: one 0.02 s evaluation varies 1.65x between rounds
+_TREE_FIELDS = ("seconds_sort", "seconds_build", "seconds_moments", "seconds_walk", "seconds_evaluate",
+                "pp_per_body", "pc_per_body", "mac_per_body")
+
+
+def _tree_once(n: int, theta: float, threads: int | None, min_seconds: float = TREE_MIN_SECONDS):
+    """(seconds, stats) of one treecode evaluation (build + forces) of a Plummer N: the mean
+    over evaluations repeated until >= min_seconds of work (the stage seconds likewise)."""
+    from types import SimpleNamespace
+
     from gravpipe.bench.tree import make_model, measure_tree
     if ("tree", n) not in _PLUMMER:
         _PLUMMER[("tree", n)] = make_model("plummer", n)
     pos, mass = _PLUMMER[("tree", n)]
-    sec, st, _ = measure_tree(pos, mass, EPS, theta, True, 1, threads, "mixed")
-    return sec, st
+    secs, stats = [], []
+    while not secs or sum(secs) < min_seconds:
+        sec, st, _ = measure_tree(pos, mass, EPS, theta, True, 1, threads, "mixed")
+        secs.append(sec)
+        stats.append(st)
+    mean = SimpleNamespace(**{f: float(np.mean([getattr(s, f) for s in stats])) for f in _TREE_FIELDS},
+                           evaluations=len(secs))
+    return float(np.mean(secs)), mean
+
+
+def _tree_counts(n: int, theta: float) -> tuple[float, float, float]:
+    """(pp, pc, MAC tests) per body of one evaluation: counts do not vary between repeats."""
+    return tuple(getattr(_tree_once(n, theta, None, 0.0)[1], f) for f in ("pp_per_body", "pc_per_body",
+                                                                           "mac_per_body"))
 
 
 def _tree_run(n: int, t_end: float) -> dict:
@@ -234,18 +257,30 @@ def _tree(rounds: int, say) -> tuple[dict, list, dict, dict]:
         rows.append({"n": n, "theta": th, "seconds": sec, "sort": st.seconds_sort, "build": st.seconds_build,
                      "moments": st.seconds_moments, "walk": st.seconds_walk, "evaluate": st.seconds_evaluate,
                      "pp": st.pp_per_body, "pc": st.pc_per_body, "mac": st.mac_per_body})
-    sizes = sorted({r["n"] for r in rows})
-    thetas = sorted({r["theta"] for r in rows})
+    # the interaction counts (deterministic: one evaluation each) of larger N for the law's N
+    # dependence: on 3e4 and 1.2e5 alone the far field's log10 N slope is the steep one of small
+    # N and overshoots N = 1e7 by ~16%
+    say(f"treecode: interaction counts at N = {', '.join(f'{k:.0e}' for k in TREE_COUNT_SIZES)}")
+    counts = [{"n": k, "theta": t, **dict(zip(("pp", "pc", "mac"), _tree_counts(k, t)))}
+              for k in TREE_COUNT_SIZES for t in (TREE_CAL[0][1], TREE_CAL[1][1])]
+    for k in TREE_COUNT_SIZES:
+        _PLUMMER.pop(("tree", k), None)
+    law = rows + counts
+    sizes = sorted({r["n"] for r in law})
+    thetas = sorted({r["theta"] for r in law})
+    nl = np.array([r["n"] for r in law], float)
+    thl = np.array([r["theta"] for r in law], float)
+    ppl, pcl = np.array([r["pp"] for r in law]), np.array([r["pc"] for r in law])
+    # pp = a theta^-p (eq. 21's near field does not grow with N)
+    (lp, la), *_ = np.linalg.lstsq(np.stack([-np.log(thl), np.ones_like(thl)], 1), np.log(ppl), rcond=None)
+    # pc theta^q = b + c log10 N (eq. 21's far field), q from the theta pairs at each N
+    q = float(np.mean([math.log(pcl[(nl == k) & (thl == thetas[0])][0] / pcl[(nl == k) & (thl == thetas[-1])][0])
+                       / math.log(thetas[-1] / thetas[0]) for k in sizes]))
+    (c, b), *_ = np.linalg.lstsq(np.stack([np.log10(nl), np.ones_like(nl)], 1), pcl * thl ** q, rcond=None)
     n = np.array([r["n"] for r in rows], float)
     th = np.array([r["theta"] for r in rows], float)
     pp, pc = np.array([r["pp"] for r in rows]), np.array([r["pc"] for r in rows])
     mac = np.array([r["mac"] for r in rows])
-    # pp = a theta^-p (eq. 21's near field does not grow with N)
-    (lp, la), *_ = np.linalg.lstsq(np.stack([-np.log(th), np.ones_like(th)], 1), np.log(pp), rcond=None)
-    # pc theta^q = b + c log10 N (eq. 21's far field), q from the theta pairs at each N
-    q = float(np.mean([math.log(pc[(n == k) & (th == thetas[0])][0] / pc[(n == k) & (th == thetas[-1])][0])
-                       / math.log(thetas[-1] / thetas[0]) for k in sizes]))
-    (c, b), *_ = np.linalg.lstsq(np.stack([np.log10(n), np.ones_like(n)], 1), pc * th ** q, rcond=None)
     ev = np.array([r["evaluate"] for r in rows])
     a = np.stack([n * pp, n * pc], 1) / ev[:, None]
     (pp_s, pc_s), *_ = np.linalg.lstsq(a, np.ones_like(ev), rcond=None)
@@ -261,7 +296,7 @@ def _tree(rounds: int, say) -> tuple[dict, list, dict, dict]:
               "pp_s": float(pp_s), "pc_s": float(pc_s), "pp_a": float(math.exp(la)), "pp_theta_exp": float(lp),
               "pc_b": float(b), "pc_c": float(c), "pc_theta_exp": q, "mac_a": float(np.median(mac / (pp + pc))),
               "n_crit_ref": 256, "parallel_efficiency": eff}
-    return consts, rows, {k: med[k] for k in TREE_CMP}, run
+    return consts, rows + counts, {k: med[k] for k in TREE_CMP}, run
 
 
 def _cpu_transfer(repeats: int) -> dict:
@@ -329,6 +364,27 @@ def _mpi_probe(out: str, say) -> dict | str:
         return json.load(f)
 
 
+def _domain_fit(probe: dict, net: dict) -> dict:
+    """The two-rank tree's constants from the probe's calibration sizes: the essential trees'
+    bytes ``k (N/P)^(2/3)`` a rank, and what a step costs besides each rank's own tree and
+    the bytes priced at the ping-pong fit (essential trees, the results gathered onto every
+    rank), ``T = C1 + C2 N/P``: C1 the latency-bound collectives of the domain cut (the
+    splitters' bisection), C2 a body's curve key, migration, export and graft."""
+    from gravpipe.perfmodel.model import RESULT_GATHER_BYTES
+    p = int(probe.get("ranks", 2))
+    cal = [t for t in probe["trees"] if t["calibration"]]
+    k = float(np.median([t["bytes_essential"] / p / (t["n"] / p) ** (2 / 3) for t in cal]))
+    lat, spb = net["latency_s"], net["seconds_per_byte"]
+    x = np.array([t["n"] / p for t in cal], float)
+    y = np.array([t["seconds"] - t["local_tree_seconds"] - 2 * lat
+                  - spb * (t["bytes_essential"] / p + t["n"] * (p - 1) / p * RESULT_GATHER_BYTES) for t in cal])
+    (c2, c1), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], 1), y, rcond=None)
+    if c1 < 0 or c2 < 0:
+        c1, c2 = 0.0, max(0.0, float(np.median(y / x)))
+    return {"bytes_coeff": k, "domain_fixed_s": float(c1), "domain_per_body_s": float(c2),
+            "source": f"{p} ranks, N = {', '.join(str(t['n']) for t in cal)}: step - own tree - priced bytes"}
+
+
 # ---- the run -------------------------------------------------------------------------------
 
 def run(quick: bool = True, progress: Callable[[str], None] | None = None,
@@ -357,8 +413,7 @@ def run(quick: bool = True, progress: Callable[[str], None] | None = None,
         if isinstance(probe, dict):
             net = {"latency_s": max(probe["pingpong"]["latency_s"], 0.0),
                    "seconds_per_byte": probe["pingpong"]["seconds_per_byte"], "source": "ping-pong, 2 ranks"}
-            tr2 = probe["tree"]
-            let = {"bytes_coeff": tr2.get("bytes_essential_per_eval", 0.0) / 2 / (tr2["n"] / 2) ** (2 / 3)}
+            let = _domain_fit(probe, net)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         constants = {
             "cpu": {"cores": cores, "threads": k["threads"], "kernel": k["kernel"],
@@ -431,6 +486,8 @@ def _configs(doc, direct_res, hrows, hcmp, whole, trows, tcmp, trun, ooc_row, pr
     out.append(_row(f"whole run: hermite N={n_w} t_end={t_w:g} (IC, first forces, rows)", "run", False,
                     p.breakdown, whole, n=n_w, spread=SPREAD.get(("hermite", "whole"))))
     for r in trows:
+        if "seconds" not in r:  # an interaction count of the law's fit, not timed
+            continue
         out.append(_row(f"tree N={r['n']} theta={r['theta']:g}", "tree", True,
                         m.tree_evaluation(r["n"], r["theta"], "cpu"), r["seconds"], n=r["n"], theta=r["theta"],
                         spread=SPREAD.get(("tree", (r["n"], r["theta"], None)))))
@@ -459,9 +516,17 @@ def _configs(doc, direct_res, hrows, hcmp, whole, trows, tcmp, trun, ooc_row, pr
         d = probe["direct"]
         out.append(_row(f"2 ranks direct acc+pot N={d['n']} (1 thread each)", "mpi", False,
                         m.direct_evaluation(d["n"], "acc+pot", "mixed", "cpu", 1, 2), d["seconds"], n=d["n"]))
-        t2 = probe["tree"]
-        out.append(_row(f"2 ranks tree N={t2['n']} (1 thread each)", "mpi", False,
-                        m.tree_evaluation(t2["n"], 0.6, "cpu", 1, 2), t2["seconds"], n=t2["n"]))
+        p = int(probe.get("ranks", 2))
+        for t2 in probe["trees"]:
+            pred = m.tree_evaluation(t2["n"], DEFAULT_THETA, "cpu", 1, p, replicated=True)
+            out.append(_row(f"{p} ranks tree N={t2['n']} (1 thread each; a step as `gravpipe run` pays: "
+                            "domain cut, migration, essential trees, results on every rank)", "mpi",
+                            t2["calibration"], pred, t2["seconds"], n=t2["n"], spread=t2["spread"],
+                            own_tree_seconds_measured=t2["local_tree_seconds"],
+                            own_tree_seconds_predicted=pred.host + pred.pipeline - m.tree_domain(t2["n"], p, True).host,
+                            interactions_per_body_measured=t2["interactions_per_body"],
+                            interactions_per_body_predicted=sum(
+                                v for kk, v in m.tree_work(t2["n"], DEFAULT_THETA).items() if kk != "mac")))
     else:
         out.append({"name": "2 ranks", "kind": "mpi", "skipped": probe})
     return out
