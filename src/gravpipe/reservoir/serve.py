@@ -19,6 +19,7 @@ import asyncio
 import hmac
 import os
 import re
+import signal
 import ssl
 import sys
 from pathlib import Path
@@ -129,9 +130,17 @@ async def _serve(app: web.Application, host: str, port: int, ctx: ssl.SSLContext
     bound = runner.addresses[0][1] if runner.addresses else port
     scheme = "https" if ctx else "http"
     print(f"serving {root} read-only on {scheme}://{host}:{bound}/ (Ctrl-C to stop)", flush=True)
+    # SIGINT and SIGTERM stop the server by handlers of the loop's own: a server started in the
+    # background by a shell inherits SIGINT ignored, and Python then raises no KeyboardInterrupt
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         await runner.cleanup()
 
 
