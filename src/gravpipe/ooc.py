@@ -362,22 +362,10 @@ class OutOfCore:
     def from_snapshot(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
                       chunk: int = 1 << 20, **kwargs) -> OutOfCore:
         """A store of the particles of a GADGET-layout HDF5 snapshot, read block by block
-        (never N elements at once); ``index`` is the file's order."""
-        import h5py
-        with h5py.File(path, "r") as f:
-            g = f["PartType1"]
-            n = g["Coordinates"].shape[0]
-            ooc = cls(n, scratch, memory_budget, **kwargs)
-            try:
-                for b in range(0, n, chunk):
-                    e = min(n, b + chunk)
-                    ooc._write_block(b, g["Coordinates"][b:e], g["Velocities"][b:e], g["Masses"][b:e],
-                                     g["ParticleIDs"][b:e])
-                ooc._filled()
-            except BaseException:
-                ooc.close()
-                raise
-        return ooc
+        (never N elements at once, :func:`gravpipe.io.open_blocks`); ``index`` is the file's order."""
+        from gravpipe import io
+        with io.open_blocks(path) as snap:
+            return cls.from_blocks(snap.blocks(chunk), snap.n, scratch, memory_budget, **kwargs)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, scratch: str | os.PathLike, memory_budget: str | int,
