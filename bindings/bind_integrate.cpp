@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "integrator_args.hpp"
 #include "ndarray_views.hpp"
 #include "gravpipe/hermite.hpp"
 #include "gravpipe/leapfrog.hpp"
@@ -18,30 +19,7 @@ using namespace gravpipe;
 
 namespace {
 
-using bindings::CScalars, bindings::CVec3, bindings::to_numpy;
-using CF64 = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using CI64 = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-ParticleState state_from(CVec3 pos, CVec3 vel, CScalars mass) {
-  ParticleState s;
-  s.pos.assign(pos.data(), pos.data() + pos.size());
-  s.vel.assign(vel.data(), vel.data() + vel.size());
-  s.mass.assign(mass.data(), mass.data() + mass.size());
-  return s;
-}
-
-CheckpointState restart_from(nb::dict f64, std::optional<nb::dict> i64) {
-  CheckpointState c;
-  for (auto [k, v] : f64) {
-    auto a = nb::cast<CF64>(v);
-    c.f64[nb::cast<std::string>(k)] = std::vector<double>(a.data(), a.data() + a.size());
-  }
-  if (i64) for (auto [k, v] : *i64) {
-    auto a = nb::cast<CI64>(v);
-    c.i64[nb::cast<std::string>(k)] = std::vector<std::int64_t>(a.data(), a.data() + a.size());
-  }
-  return c;
-}
+using bindings::CScalars, bindings::CVec3, bindings::to_numpy, bindings::state_from, bindings::restart_from;
 
 nb::dict checkpoint_dict(const Integrator& it) {
   const CheckpointState c = it.checkpoint();

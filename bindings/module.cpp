@@ -57,6 +57,7 @@ void bind_parallel(nb::module_& m);
 void bind_curve(nb::module_& m);
 void bind_store(nb::module_& m);
 void bind_paged_leapfrog(nb::module_& m);
+void bind_share(nb::module_& m);
 #ifdef GRAVPIPE_HAVE_CUDA
 void bind_cuda(nb::module_& m);
 #endif
@@ -96,6 +97,7 @@ NB_MODULE(_core, m) {
   bind_curve(m);
   bind_store(m);
   bind_paged_leapfrog(m);
+  bind_share(m);
 #ifdef GRAVPIPE_HAVE_CUDA
   bind_cuda(m);
 #endif

@@ -6,12 +6,19 @@
 // predictor coefficients: a block then sends it only the corrected active particles, and
 // the host predicts only the active ones, so host and transfer work per block are
 // O(active), not O(N).
+//
+// On one process's share of the particles (a ShareAgreement with other processes, and a
+// force provider that sees every share: ShareDirectForces) the same blocks run on every
+// process: each finds its own earliest step end, the agreement makes the least of them the
+// block time, and each predicts, corrects and schedules only its own particles, any number
+// of them including none.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "gravpipe/integrator.hpp"
+#include "gravpipe/share_agreement.hpp"
 #include "gravpipe/timeline.hpp"
 
 namespace gravpipe {
@@ -25,10 +32,12 @@ struct HermiteParams {
 class HermiteIntegrator final : public InCoreIntegrator {
  public:
   /// Start at time t0: one force evaluation on all particles, then the starting steps.
-  HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params);
+  /// `agreement`: with other processes, when `state` is this process's share (see above).
+  HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params,
+                    ShareAgreement agreement = {});
   /// Restart from a checkpoint taken at a synchronization time (see checkpoint()).
   HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0, HermiteParams params,
-                    const CheckpointState& restart);
+                    const CheckpointState& restart, ShareAgreement agreement = {});
 
   /// Any t >= time(): the block steps reach the grid points (grid_origin() + k dt_max)
   /// exactly; any other t costs a synchronization (see synchronize()).
@@ -54,12 +63,14 @@ class HermiteIntegrator final : public InCoreIntegrator {
   double correct(std::size_t i, double dt, const double a1[3], const double j1[3]);
   double corrected_potential(std::size_t i, double pot, const double a1[3]) const;
   std::int64_t first_step(std::size_t i) const;
-  void check_steps(const std::vector<std::int64_t>& which) const;
+  void check_steps(const std::vector<std::int64_t>& which);
+  IntegrationError step_error(std::int64_t i) const;
   std::int64_t quantize(double dt_want, std::int64_t dt_old, std::int64_t t_new) const;
 
   ForceProvider& forces_;
   ParticleState s_;
   HermiteParams params_;
+  ShareAgreement agreement_;
   Timeline timeline_;
   std::int64_t now_ = 0;                 // block clock (ticks)
   std::vector<std::int64_t> t_, dt_;     // per particle: own time and step (ticks)

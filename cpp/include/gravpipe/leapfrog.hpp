@@ -1,10 +1,14 @@
 // Kick-drift-kick leapfrog with a shared step: second order, symplectic, time reversible.
 // Every step writes the whole j-set and evaluates forces on all particles; a force that is
 // not finite stops the run with an IntegrationError naming the particle and the time.
+// On one process's share of the particles (a ShareAgreement with the other processes and a
+// force provider that sees every share) each process steps its own particles, any number
+// including none, and all of them stop together when a force of any of them is not finite.
 #pragma once
 #include <cstdint>
 
 #include "gravpipe/integrator.hpp"
+#include "gravpipe/share_agreement.hpp"
 
 namespace gravpipe {
 
@@ -14,10 +18,11 @@ struct LeapfrogParams {
 
 class LeapfrogIntegrator final : public InCoreIntegrator {
  public:
-  LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params);
+  LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params,
+                     ShareAgreement agreement = {});
   /// Restart from checkpoint(): exact accelerations and step count.
   LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0, LeapfrogParams params,
-                     const CheckpointState& restart);
+                     const CheckpointState& restart, ShareAgreement agreement = {});
 
   /// Any t >= time(); grid times t0 + k dt are whole steps (times come from the step
   /// count, never accumulated), another t ends with one shortened step.
@@ -32,12 +37,13 @@ class LeapfrogIntegrator final : public InCoreIntegrator {
  private:
   void check_params() const;
   void compute_forces();
-  void check_forces(double t) const;
+  void check_forces(double t);
   void step(double dt);
 
   ForceProvider& forces_;
   ParticleState s_;
   LeapfrogParams params_;
+  ShareAgreement agreement_;
   double t0_;  // grid origin: the start, or the last off-grid stop
   std::int64_t steps_ = 0;
   std::vector<double> acc_, pot_;

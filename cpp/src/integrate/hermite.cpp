@@ -35,15 +35,19 @@ std::optional<std::int64_t> grid_ticks(const Timeline& tl, double t) {
 }  // namespace
 
 HermiteIntegrator::HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0,
-                                     HermiteParams params)
-    : forces_(forces), s_(std::move(state)), params_(params), timeline_{t0, params.dt_max} {
+                                     HermiteParams params, ShareAgreement agreement)
+    : forces_(forces), s_(std::move(state)), params_(params), agreement_(std::move(agreement)),
+      timeline_{t0, params.dt_max} {
   check_params();
   start();
+  agreement_.earliest(ShareAgreement::kNothing, time());  // every process started, or all throw
 }
 
 HermiteIntegrator::HermiteIntegrator(ForceProvider& forces, ParticleState state, double t0,
-                                     HermiteParams params, const CheckpointState& restart)
-    : forces_(forces), s_(std::move(state)), params_(params), timeline_{t0, params.dt_max} {
+                                     HermiteParams params, const CheckpointState& restart,
+                                     ShareAgreement agreement)
+    : forces_(forces), s_(std::move(state)), params_(params), agreement_(std::move(agreement)),
+      timeline_{t0, params.dt_max} {
   check_params();
   const std::size_t n = s_.size();
   try {
@@ -76,7 +80,7 @@ void HermiteIntegrator::check_params() const {
   if (!(params_.eta_s > 0) || !std::isfinite(params_.eta_s)) throw InputError("eta_s: must be > 0");
   if (!(params_.dt_max > 0) || !std::isfinite(params_.dt_max)) throw InputError("dt_max: must be > 0");
   const std::size_t n = s_.size();
-  if (n == 0) throw InputError("hermite: no particles");
+  if (n == 0 && !agreement_.shared()) throw InputError("hermite: no particles");
   if (s_.pos.size() != 3 * n || s_.vel.size() != 3 * n)
     throw InputError("hermite: pos, vel and mass have different lengths");
 }
@@ -123,18 +127,26 @@ std::int64_t HermiteIntegrator::quantize(double dt_want, std::int64_t dt_old, st
 // A step below the floor, or a force that is not finite (which the step criterion can let
 // through: NaN > 0 is false, so a NaN jerk gives the start a full dt_max), ends the run. The
 // time named is the particle's own: the block time it was just corrected to.
-void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) const {
+// On a share the failure is raised at the next agreement, on every process at once.
+void HermiteIntegrator::check_steps(const std::vector<std::int64_t>& which) {
   for (const std::int64_t i : which) {
     const double* a = &acc_[3 * i];
     const bool finite = std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]);
     if (dt_[i] != 0 && finite) continue;
-    const double t = timeline_.time(t_[i]);
-    const std::string what = finite ? "its time step fell below dt_max / 2^40" : "its force is not finite";
-    throw IntegrationError("hermite: particle " + std::to_string(i) + ": " + what + " at t = " + format_number(t) +
-                               " (a close encounter too hard to follow: increase eps, or check the input "
-                               "for coincident particles)",
-                           i, t);
+    agreement_.fail(step_error(i));
+    return;
   }
+}
+
+IntegrationError HermiteIntegrator::step_error(std::int64_t i) const {
+  const double* a = &acc_[3 * i];
+  const bool finite = std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]);
+  const double t = timeline_.time(t_[i]);
+  const std::string what = finite ? "its time step fell below dt_max / 2^40" : "its force is not finite";
+  return IntegrationError("hermite: particle " + std::to_string(i) + ": " + what + " at t = " + format_number(t) +
+                              " (a close encounter too hard to follow: increase eps, or check the input "
+                              "for coincident particles)",
+                          i, t);
 }
 
 void HermiteIntegrator::evolve_to(double t) {
@@ -160,6 +172,7 @@ void HermiteIntegrator::evolve_to(double t) {
     for (next_active(t_block); timeline_.time(t_block) < t; next_active(t_block)) run_block(t_block);
     synchronize(t);
   }
+  agreement_.earliest(ShareAgreement::kNothing, time());  // a failure in the last block, on every process
   counters_.seconds_total += seconds_since(t_start);
   counters_.seconds_host +=
       seconds_since(t_start) - (provider_seconds(forces_.stats()) - provider_before);
@@ -270,7 +283,8 @@ void HermiteIntegrator::next_active(std::int64_t& t_block) {
     }
     first[p] = t_min, count[p + 1] = c;
   }
-  t_block = *std::min_element(first.begin(), first.end());
+  // on a share: the least over the processes (one with no particle offers kNothing)
+  t_block = agreement_.earliest(*std::min_element(first.begin(), first.end()), time());
   for (int p = 0; p < parts; ++p) count[p + 1] = count[p] + (first[p] == t_block ? count[p + 1] : 0);
   active_.resize(count[parts]);
 #pragma omp parallel for schedule(static, 1) num_threads(parts)

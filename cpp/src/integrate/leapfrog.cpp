@@ -18,8 +18,8 @@ constexpr std::int64_t kMinParallel = 4096;  // shorter loops stay on the callin
 }  // namespace
 
 LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0,
-                                       LeapfrogParams params)
-    : forces_(forces), s_(std::move(state)), params_(params), t0_(t0) {
+                                       LeapfrogParams params, ShareAgreement agreement)
+    : forces_(forces), s_(std::move(state)), params_(params), agreement_(std::move(agreement)), t0_(t0) {
   check_params();
   const auto t_start = Clock::now();
   compute_forces();
@@ -28,8 +28,9 @@ LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState stat
 }
 
 LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState state, double t0,
-                                       LeapfrogParams params, const CheckpointState& restart)
-    : forces_(forces), s_(std::move(state)), params_(params), t0_(t0) {
+                                       LeapfrogParams params, const CheckpointState& restart,
+                                       ShareAgreement agreement)
+    : forces_(forces), s_(std::move(state)), params_(params), agreement_(std::move(agreement)), t0_(t0) {
   check_params();
   try {
     acc_ = restart.f64.at("acc");
@@ -47,7 +48,7 @@ LeapfrogIntegrator::LeapfrogIntegrator(ForceProvider& forces, ParticleState stat
 void LeapfrogIntegrator::check_params() const {
   if (!(params_.dt > 0) || !std::isfinite(params_.dt)) throw InputError("dt: must be > 0");
   const std::size_t n = s_.size();
-  if (n == 0) throw InputError("leapfrog: no particles");
+  if (n == 0 && !agreement_.shared()) throw InputError("leapfrog: no particles");
   if (s_.pos.size() != 3 * n || s_.vel.size() != 3 * n)
     throw InputError("leapfrog: pos, vel and mass have different lengths");
 }
@@ -66,15 +67,18 @@ void LeapfrogIntegrator::compute_forces() {
 }
 
 // Leapfrog's counterpart of Hermite's step floor: a force that is not finite (coincident
-// particles with eps = 0) would turn every position into NaN within a step, silently.
-void LeapfrogIntegrator::check_forces(double t) const {
+// particles with eps = 0) would turn every position into NaN within a step, silently. On a
+// share every process learns of it here (one agreement per evaluation), so all stop together.
+void LeapfrogIntegrator::check_forces(double t) {
   for (std::size_t i = 0; i < s_.size(); ++i) {
     const double* a = &acc_[3 * i];
     if (std::isfinite(a[0]) && std::isfinite(a[1]) && std::isfinite(a[2]) && std::isfinite(pot_[i])) continue;
-    throw IntegrationError("leapfrog: particle " + std::to_string(i) + ": its force is not finite at t = " +
-                               format_number(t) + " (coincident particles with eps = 0? use eps > 0)",
-                           static_cast<std::int64_t>(i), t);
+    agreement_.fail(IntegrationError("leapfrog: particle " + std::to_string(i) + ": its force is not finite at t = " +
+                                         format_number(t) + " (coincident particles with eps = 0? use eps > 0)",
+                                     static_cast<std::int64_t>(i), t));
+    break;
   }
+  agreement_.earliest(ShareAgreement::kNothing, t);
 }
 
 void LeapfrogIntegrator::step(double dt) {
