@@ -8,6 +8,8 @@ under mpiexec, against the serial Simulation.
   each rank's tile origins differ from the serial pipeline's: the pipeline's bound, ~1e-7
   relative a force, times the ~200 blocks); energy errors agree within 1% (double) and 10%
   (mixed). P = 1 is the serial run bit for bit.
+- A block larger than max_block is exchanged in rounds, with the same result; so
+  is the synchronization of an off-grid stop (every particle active).
 - The same P twice: bitwise identical. A checkpoint, restarted in new objects, continues
   bit for bit (Hermite and leapfrog). Uneven shares, a rank without particles included,
   neither deadlock nor change the result. No rank holds an array of N entries.
@@ -38,7 +40,7 @@ if MPIEXEC is None:
 pytestmark = pytest.mark.mpi
 
 CASE = Path(__file__).parent / "mpi" / "direct_share_case.py"
-N, SEED, EPS, T_END = 1024, 11, 1 / 64, 0.125  # as in the case script
+N, SEED, EPS, T_END, T_OFF = 1024, 11, 1 / 64, 0.125, 0.15  # as in the case script
 PARAMS = {"hermite": {"dt_max": 1 / 16}, "leapfrog": {"dt": 1 / 128}}
 # how far the energy errors may differ: double, 1% (rounding in another order); mixed, the
 # pipeline's bound on potentials (1e-6 relative), which is above the run's own error here
@@ -58,13 +60,15 @@ def mpirun(ranks: int, case: str, *args: str, cwd: Path) -> dict[str, np.ndarray
 
 
 @lru_cache(maxsize=None)
-def serial(integrator: str, precision: str) -> tuple[np.ndarray, float]:
-    """The serial run's positions at T_END and its energy error."""
+def serial(integrator: str, precision: str) -> tuple[np.ndarray, float, np.ndarray]:
+    """The serial run's positions at T_END, its energy error there, its positions at T_OFF."""
     sim = gp.Simulation(gp.ic.plummer(N, seed=SEED), gravity="direct", integrator=integrator, eps=EPS,
                         backend="cpu", precision=precision, threads=1, **PARAMS[integrator])
     sim.evolve(T_END, progress=False)
     assert sim.time == T_END
-    return sim.particles.pos, sim.energy_error()
+    pos, energy_error = sim.particles.pos, sim.energy_error()
+    sim.evolve(T_OFF, progress=False)
+    return pos, energy_error, sim.particles.pos
 
 
 def check_sizes(sizes: np.ndarray) -> None:
@@ -79,9 +83,10 @@ def check_sizes(sizes: np.ndarray) -> None:
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_hermite_on_shares_agrees_with_serial(tmp_path, ranks, precision, tolerance):
     r = mpirun(ranks, "run", "hermite", precision, "even", cwd=tmp_path)
-    pos, energy_error = serial("hermite", precision)
-    assert r["time"] == T_END
+    pos, energy_error, pos_off = serial("hermite", precision)
+    assert r["time"] == T_OFF
     assert np.abs(r["pos"] - pos).max() < tolerance
+    assert np.abs(r["pos_off"] - pos_off).max() < tolerance  # an off-grid stop: all particles in rounds
     assert abs(r["energy_error"] - energy_error) <= ENERGY[precision](energy_error)
     check_sizes(r["sizes"])
     assert (r["comm"] > 0).all() and (r["bytes_per_step"] > 0).all()
@@ -92,6 +97,7 @@ def test_hermite_on_shares_agrees_with_serial(tmp_path, ranks, precision, tolera
 def test_one_rank_is_the_serial_run_bit_for_bit(tmp_path):
     r = mpirun(1, "run", "hermite", "double", "even", cwd=tmp_path)
     assert np.array_equal(r["pos"], serial("hermite", "double")[0])
+    assert np.array_equal(r["pos_off"], serial("hermite", "double")[2])
 
 
 def test_same_ranks_give_the_same_bits(tmp_path):
@@ -108,11 +114,18 @@ def test_uneven_shares_and_an_empty_rank(tmp_path, ranks):
     assert np.abs(r["pos"] - serial("hermite", "double")[0]).max() < 1e-12
 
 
+def test_large_blocks_go_in_rounds(tmp_path):
+    r = mpirun(3, "run", "hermite", "double", "uneven", "7", cwd=tmp_path)  # at most 2 per rank a round
+    assert r["rounds"] > 2 * r["requests"]
+    assert (r["sizes"][:, 2] <= 6).all() and (r["sizes"][:, 3] <= 6).all()
+    assert np.abs(r["pos"] - serial("hermite", "double")[0]).max() < 1e-12
+
+
 def test_leapfrog_on_shares_agrees_with_serial(tmp_path):
     r = mpirun(3, "run", "leapfrog", "double", "uneven", cwd=tmp_path)
-    pos, energy_error = serial("leapfrog", "double")
-    assert r["steps"] == round(T_END / PARAMS["leapfrog"]["dt"])
-    assert np.abs(r["pos"] - pos).max() < 1e-12
+    pos, energy_error, pos_off = serial("leapfrog", "double")
+    assert r["steps"] == int(T_OFF // PARAMS["leapfrog"]["dt"]) + 1  # whole steps, and a shortened one to T_OFF
+    assert np.abs(r["pos"] - pos).max() < 1e-12 and np.abs(r["pos_off"] - pos_off).max() < 1e-12
     assert abs(r["energy_error"] - energy_error) <= 0.01 * abs(energy_error)
 
 

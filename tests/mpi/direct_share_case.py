@@ -4,9 +4,11 @@ the gathered results to OUT (.npz) for tests/test_direct_share_mpi.py. Only this
 gathers all particles on one rank, to compare them with a serial run.
 
 Cases:
-  run INTEGRATOR PRECISION SHARES  evolve a Plummer sphere (N = 1024) to T_END; SHARES:
+  run INTEGRATOR PRECISION SHARES [MAX_BLOCK]
+                                   evolve a Plummer sphere (N = 1024) to T_END, then to
+                                   T_OFF, off the grid (a synchronization); SHARES:
                                    "even", or "uneven" (rank 0 holds none; P = 3: rank 1
-                                   holds 100)
+                                   holds 100); MAX_BLOCK: the exchange's round size
   restart INTEGRATOR               run to T_END, checkpoint, on to 2 T_END; again from the
                                    checkpoint in new objects
   fail                             coincident particles with eps = 0 on the last rank
@@ -24,7 +26,7 @@ import gravpipe as gp
 from gravpipe.errors import IntegrationError
 from gravpipe.parallel.direct_share import ShareDirect
 
-N, SEED, EPS, T_END = 1024, 11, 1 / 64, 0.125
+N, SEED, EPS, T_END, T_OFF = 1024, 11, 1 / 64, 0.125, 0.15
 PARAMS = {"hermite": {"dt_max": 1 / 16}, "leapfrog": {"dt": 1 / 128}}
 comm = MPI.COMM_WORLD
 
@@ -60,16 +62,20 @@ def gathered(run: ShareDirect) -> dict[str, np.ndarray]:
             "bytes_per_step": np.array([b for *_, b in parts])}
 
 
-def case_run(out: str, integrator: str, precision: str, shares: str) -> None:
-    run, _ = start(integrator, precision, shares)
+def case_run(out: str, integrator: str, precision: str, shares: str, max_block: str | None = None) -> None:
+    run, _ = start(integrator, precision, shares, max_block=None if max_block is None else int(max_block))
     e0 = run.energy()
     run.evolve_to(T_END)
     e1 = run.energy()
     result = gathered(run)
+    run.evolve_to(T_OFF)
+    off = gathered(run)
     if comm.Get_rank() == 0:
+        result["pos_off"] = off["pos"]
         stats = run.stats
         np.savez(out, **result, energy_error=(sum(e1) - sum(e0)) / abs(sum(e0)), time=run.time,
-                 interactions=stats.interactions, steps=run.counters()["steps"])
+                 interactions=stats.interactions, steps=run.counters()["steps"], rounds=run.traffic()["rounds"],
+                 requests=run.traffic()["requests"])
 
 
 def case_restart(out: str, integrator: str) -> None:

@@ -52,7 +52,10 @@ class ShareDirect:
         step; param dt). Defaults and checks: :func:`gravpipe.integrators.resolve`.
     eps, G, backend, precision, threads : as for :class:`gravpipe.Pipeline`; each rank has
         its own Pipeline. backend "cuda": rank k of a machine uses its GPU k mod the GPU
-        count (ranks share the GPU when there is one).
+        count (ranks share the GPU when there is one). ``threads`` given also sets the
+        process's OpenMP threads (``_core.set_max_threads``), which the integrator's own
+        loops use, as a Simulation on ranks does: ranks sharing a machine should each take
+        their share of its cores (``gravpipe.parallel.threads_per_rank``).
     params : integrator parameters (None entries: the core's defaults).
     t0 : the time of the particles (of the original start when ``restart`` is given, as for
         a Simulation: the checkpoint carries its own clock).
@@ -88,6 +91,8 @@ class ShareDirect:
                              f"{total_mass!r} together; at least 2, with a mass > 0, are needed")
         self.n_total = int(self.shares.sum())
         self.max_block = int(max_block) if max_block is not None else max(int(self.shares.max()), self.ranks)
+        if threads is not None:
+            _agreed(comm, lambda: _core.set_max_threads(int(threads)))
         self.pipeline = _agreed(comm, lambda: _rank_pipeline(comm, backend, precision, eps, G, threads))
         self._mpi = MpiCollectives(comm)
         self._forces = _core.ShareDirectForces(self.pipeline.provider, self.rank, self.ranks, self.n_total,
