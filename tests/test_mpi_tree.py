@@ -8,8 +8,10 @@ against float64 direct sums and the serial tree.
   (median |da|/|a| <= 3e-4, 99th percentile <= 1.5e-3 at the default
   theta) on a Plummer sphere and an uneven pair of spheres (N = 20000), with a 99th
   percentile within 15% of the serial tree's on the same particles; every rank holds the
-  same bits; runs on the same P are bit-identical; a leapfrog run's energy error equals
-  the serial run's within 10%; kill-and-resume on the same P is bit-identical.
+  same bits; runs on the same P are bit-identical; a leapfrog run with distributed state
+  (each rank holding its domain, fewer than N) keeps every particle once, its energy error
+  equals the serial run's within 10%; kill-and-resume on the same P is bit-identical; a
+  checkpoint set resumed on 3 ranks or in one process continues within the tree's bounds.
 
 Skipped when mpi4py or mpiexec is missing (``pip install 'gravpipe[mpi]'``).
 """
@@ -17,6 +19,7 @@ Skipped when mpi4py or mpiexec is missing (``pip install 'gravpipe[mpi]'``).
 from __future__ import annotations
 
 import functools
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -181,7 +184,7 @@ def test_leapfrog_on_ranks_agrees_with_serial_and_is_deterministic(tmp_path, ran
     assert np.array_equal(a["pos"], b["pos"]) and np.array_equal(a["vel"], b["vel"])
     assert abs(a["energy_error"] - serial.energy_error()) <= 0.1 * abs(serial.energy_error())
     assert np.abs(a["pos"] - serial.particles.pos).max() < 1e-3  # tree errors, not bits
-    assert a["comm"] > 0 and "domain-decomposed treecode" in str(a["detail"])
+    assert a["comm"] > 0 and f"curve domains over {ranks} MPI ranks" in str(a["detail"])
 
 
 def test_kill_and_resume_on_the_same_ranks_is_bit_identical(tmp_path):
@@ -193,10 +196,27 @@ def test_kill_and_resume_on_the_same_ranks_is_bit_identical(tmp_path):
     assert np.array_equal(whole["pos"], again["pos"]) and np.array_equal(whole["vel"], again["vel"])
 
 
+def test_resume_on_other_rank_counts_continues_within_the_tree_bounds(tmp_path):
+    """A 2-rank checkpoint set read block-wise by 3 ranks, and whole by one process."""
+    whole = mpirun(2, "leapfrog", str(tmp_path / "whole"), "0.375", cwd=tmp_path, tag="whole")
+    cut = tmp_path / "cut"
+    mpirun(2, "leapfrog", str(cut), "0.25", cwd=tmp_path, tag="cut")
+    serial_dir = tmp_path / "serial"
+    shutil.copytree(cut, serial_dir)
+    three = mpirun(3, "leapfrog", str(cut), "0.375", cwd=tmp_path, tag="three")
+    assert three["shares"].sum() == small_plummer().n and len(three["shares"]) == 3
+    assert np.abs(three["pos"] - whole["pos"]).max() < 1e-3  # tree errors, not bits
+    one = gp.Simulation.resume(serial_dir, threads=1)
+    assert one.residence == "memory"
+    one.evolve(0.375, progress=False)
+    order = np.argsort(one.particles.id)
+    assert np.abs(one.particles.pos[order] - whole["pos"]).max() < 1e-3
+
+
 def test_cli_tree_run_under_mpiexec(tmp_path):
     exe = Path(sys.executable).parent / "gravpipe"
     r = subprocess.run([mpiexec(), "-n", "2", str(exe), "run", "-n", "2048", "--gravity", "tree", "--t-end", "0.125",
                         "--no-progress"], cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("energy error") == 1 and "domain-decomposed treecode over 2 MPI ranks" in r.stdout
+    assert r.stdout.count("energy error") == 1 and "curve domains over 2 MPI ranks" in r.stdout
     assert "load imbalance" in r.stdout and "comm" in r.stdout

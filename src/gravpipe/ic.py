@@ -36,7 +36,7 @@ import numpy as np
 from gravpipe._validate import check_positive_scalar
 from gravpipe.particles import Particles
 
-__all__ = ["plummer", "uniform_sphere", "uniform_cube", "plummer_blocks", "uniform_cube_blocks", "model_blocks",
+__all__ = ["plummer", "uniform_sphere", "uniform_cube", "plummer_blocks", "uniform_cube_blocks", "model_blocks", "model_share",
            "check_ic_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
            "CUBE_VIRIAL_MAX_N"]
 
@@ -363,6 +363,29 @@ def model_blocks(model: str, n: int, seed: int | None = None) -> Iterator[Partic
     if model not in BLOCK_MODELS:
         raise ValueError(f"model {model!r} cannot be drawn block by block; these can: {', '.join(BLOCK_MODELS)}")
     return BLOCK_MODELS[model](n, seed, block=IC_BLOCK)
+
+
+def model_share(model: str, n: int, seed: int | None, begin: int, end: int) -> dict[str, np.ndarray]:
+    """Particles [begin, end) of ``model_blocks(model, n, seed)`` (the same particles as the
+    whole model's, for one MPI rank's share) as arrays "pos" (m, 3), "vel" (m, 3), "mass"
+    (m,), "id" (m,) int64; m = end - begin may be 0. Memory: the share plus one block; the
+    blocks before and after the share are drawn for the centring and dropped. A seed is
+    required: every rank must draw the same model."""
+    if seed is None:
+        raise ValueError("seed: a model drawn by several ranks needs a seed (each rank draws its share of the "
+                         "same model)")
+    if not (0 <= begin <= end <= n):
+        raise ValueError(f"share [{begin}, {end}) outside the model's [0, {n})")
+    parts: dict[str, list[np.ndarray]] = {"pos": [], "vel": [], "mass": [], "id": []}
+    start = 0
+    for blk in model_blocks(model, n, seed):
+        lo, hi = max(begin, start), min(end, start + blk.n)
+        if lo < hi:
+            for key, a in (("pos", blk.pos), ("vel", blk.vel), ("mass", blk.mass), ("id", blk.id)):
+                parts[key].append(a[lo - start:hi - start].copy())
+        start += blk.n
+    empty = {"pos": np.empty((0, 3)), "vel": np.empty((0, 3)), "mass": np.empty(0), "id": np.empty(0, np.int64)}
+    return {k: np.concatenate(v) if v else empty[k] for k, v in parts.items()}
 
 
 # --- argument checks -----------------------------------------------------------------

@@ -54,10 +54,9 @@ class MemoryRun(RunLoop):
         ``gravpipe.integrators.INTEGRATORS``).
     t0 : the time of ``particles``.
     theta : tree opening angle (gravity="tree" only; None: the core's default).
-    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel), or
-        the treecode over curve domains with locally essential trees (gravity="tree",
-        :mod:`gravpipe.parallel.tree_parallel`); every rank holds all particles, rank 0
-        prints and writes the files. None: COMM_WORLD when
+    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel;
+        every rank holds all particles, rank 0 prints and writes the files). Treecode runs
+        over ranks live in domains (:class:`gravpipe.domain_run.DomainRun`). None: COMM_WORLD when
         started by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults
         to the rank's share of its machine's cores.
     """

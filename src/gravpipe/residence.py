@@ -1,17 +1,20 @@
 """Where a run's particles live, in one table (the twin of :mod:`gravpipe.gravity` and
 :mod:`gravpipe.integrators`).
 
-- "memory": arrays of this process (any gravity, integrator and backend; MPI ranks);
+- "memory": arrays of this process (any gravity, integrator and backend; over MPI ranks
+  direct summation j-parallel, every rank holding all particles);
+- "domains": over MPI ranks, each rank holding only the particles of its curve domain
+  (distributed state: gravity="tree", the leapfrog; :class:`~gravpipe.domain_run.DomainRun`);
 - "pages": the pages of a scratch file under a memory budget (``memory_budget``, ``scratch``,
   ``page_bytes``): the treecode's leapfrog on the CPU in one process, bit for bit the
   in-memory run.
 
-The options a user gives choose the entry (:func:`resolve`); :class:`gravpipe.Simulation`
-builds the run of that name (``MemoryRun``, ``PagedRun``), :class:`gravpipe.Tree` the tree
+The options a user gives and the ranks it runs on choose the entry (:func:`resolve`);
+:class:`gravpipe.Simulation` builds the run of that name (``MemoryRun``, ``DomainRun``, ``PagedRun``), :class:`gravpipe.Tree` the tree
 (in memory, or over a paged store), ``gravpipe run`` and resume pass the options through.
 No other module asks where particles live.
 
-    home = residence.resolve({"memory_budget": "2GiB", "scratch": "/scratch"})
+    home = residence.resolve({"memory_budget": "2GiB", "scratch": "/scratch"}, {"gravity": "tree"})
     kw = home.run_kwargs(options, {"gravity": "tree", "eps": 1/64})   # checked; what the run takes
 """
 
@@ -102,6 +105,9 @@ RESIDENCES: dict[str, Residence] = {
     "memory": Residence(
         "memory", "the particles as arrays of this process (or of each MPI rank)", options=(), limits={},
         holds=lambda config: not config.get("out_of_core")),
+    "domains": Residence(
+        "domains", "over MPI ranks, each rank holding the particles of its curve domain (distributed state)",
+        options=(), limits={}, holds=lambda config: bool(config.get("distributed"))),
     "pages": Residence(
         "pages", "the particles in the pages of a scratch file, everything that grows with N within a memory budget",
         options=OPTIONS,
@@ -111,20 +117,40 @@ RESIDENCES: dict[str, Residence] = {
 }
 
 
-def resolve(options: dict[str, Any]) -> Residence:
+def resolve(options: dict[str, Any], run_kwargs: dict[str, Any] | None = None) -> Residence:
     """The residence the options choose: "pages" when any of :data:`OPTIONS` is given
-    (memory_budget and scratch then both needed), else "memory"."""
+    (memory_budget and scratch then both needed); "domains" for a treecode run over
+    several MPI ranks (``run_kwargs``' comm, or mpiexec's); else "memory"."""
     if any(options.get(k) is not None for k in OPTIONS):
         return RESIDENCES["pages"]
+    kw = run_kwargs or {}
+    if kw.get("gravity") == "tree" and _several_ranks(kw.get("comm")):
+        return RESIDENCES["domains"]
     return RESIDENCES["memory"]
 
 
-def of_checkpoint(path: Path) -> Residence:
-    """The residence of the run that wrote checkpoint ``path`` (its /Parameters: run_config);
-    a multi-file set (a folder: MPI ranks) is a run in memory."""
+def _several_ranks(comm: Any) -> bool:
+    from gravpipe.parallel.comm import resolve_comm
+
+    return resolve_comm(comm) is not None
+
+
+def of_checkpoint(path: Path, comm: Any = None) -> Residence:
+    """Where a resume of checkpoint ``path`` runs: in pages when an out-of-core run wrote it
+    (its /Parameters: run_config); a treecode run on several ranks (``comm``, or mpiexec's)
+    over domains, whatever wrote it; else in memory (a set written over domains, resumed in
+    one process, is read whole)."""
     raw = None
-    if path.is_file():
-        with gio.open_blocks(path) as snap:
+    first = path
+    if path.is_dir():
+        members = gio.set_members(path)
+        first = members[0] if members else path
+    if first.is_file():
+        with gio.open_blocks(first, member=path.is_dir()) as snap:
             raw = snap.parameters.get("run_config")
     config = json.loads(raw) if raw else {}
-    return next(r for r in RESIDENCES.values() if r.holds(config))
+    if RESIDENCES["pages"].holds(config):
+        return RESIDENCES["pages"]
+    if config.get("gravity") == "tree" and _several_ranks(comm):
+        return RESIDENCES["domains"]
+    return RESIDENCES["memory"]

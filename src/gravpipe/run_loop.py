@@ -106,6 +106,8 @@ class RunConfig:
     # (float64 direct sum or fine tree) instead of the run's last force evaluation; True in
     # checkpoints written before the choice existed, whose rows were all precise
     precise_energy: bool = True
+    # the particles were spread over MPI ranks, each holding its share (residence "domains")
+    distributed: bool = False
 
     def initial_energy(self) -> diagnostics.Energy:
         """The energy at t0 (K and W are NaN for checkpoints that did not store them)."""

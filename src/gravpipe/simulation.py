@@ -16,7 +16,8 @@ extra force evaluation on all particles). A run directory holds ``snapshot_NNNN.
 uninterrupted run bit for bit (same backend, precision and thread count).
 
 Where the particles live is chosen through :mod:`gravpipe.residence` as gravity is through
-:mod:`gravpipe.gravity`: in memory (:class:`~gravpipe.memory_run.MemoryRun`) or, with
+:mod:`gravpipe.gravity`: in memory (:class:`~gravpipe.memory_run.MemoryRun`), spread over
+MPI ranks each holding its domain (:class:`~gravpipe.domain_run.DomainRun`) or, with
 ``memory_budget`` and ``scratch``, in pages (:class:`~gravpipe.ooc_simulation.PagedRun`).
 A Simulation is the same object either way and forwards to its run.
 """
@@ -28,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from gravpipe import diagnostics, residence
+from gravpipe.domain_run import DomainRun
 from gravpipe.memory_run import MemoryRun
 from gravpipe.ooc_simulation import PagedRun
 from gravpipe.particles import Particles
@@ -46,7 +48,7 @@ from gravpipe.run_loop import (  # noqa: F401
 #: the run of each residence (:data:`gravpipe.residence.RESIDENCES`), each with the
 #: constructors ``(particles, **kw)``, ``from_model(model, n, seed, **kw)``,
 #: ``from_snapshot(path, **kw)`` and ``resume(checkpoint, out, threads, **kw)``
-RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "pages": PagedRun}
+RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "domains": DomainRun, "pages": PagedRun}
 assert set(RUNS) == set(residence.RESIDENCES), "every residence needs its run"
 
 
@@ -73,12 +75,14 @@ class Simulation:
         ``gravpipe.integrators.INTEGRATORS``).
     t0 : the time of ``particles``.
     theta : tree opening angle (gravity="tree" only; None: the core's default).
-    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel), or
-        the treecode over curve domains with locally essential trees (gravity="tree",
-        :mod:`gravpipe.parallel.tree_parallel`); every rank holds all particles, rank 0
-        prints and writes the files. None: COMM_WORLD when started by ``mpiexec -n P`` with
-        P > 1, else a serial run. ``threads`` then defaults to the rank's share of its
-        machine's cores.
+    comm : an mpi4py communicator. gravity="tree": the state is distributed (residence
+        "domains", :class:`~gravpipe.domain_run.DomainRun`): each rank keeps only the
+        particles of its curve domain, forces come from locally essential trees, files are
+        multi-file sets each rank writes its member of, and ``particles`` is this rank's
+        share. gravity="direct": split over the ranks j-parallel, every rank holding all
+        particles. Rank 0 prints and writes diagnostics.csv. None: COMM_WORLD when started
+        by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults to the
+        rank's share of its machine's cores.
     precise_energy : diagnostics rows from a precise potential of their own (True) or from
         the run's last force evaluation (False); None: the gravity kind's default
         (:meth:`energy`).
@@ -93,9 +97,9 @@ class Simulation:
                  memory_budget: str | int | None = None, scratch: str | Path | None = None,
                  page_bytes: str | int | None = None, **kwargs: Any):
         options = _options(memory_budget, scratch, page_bytes)
-        home = residence.resolve(options)
-        self._run = RUNS[home.name](particles, **home.run_kwargs(options, dict(kwargs, gravity=gravity,
-                                                                                integrator=integrator)))
+        run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
+        home = residence.resolve(options, run_kw)
+        self._run = RUNS[home.name](particles, **home.run_kwargs(options, run_kw))
 
     @classmethod
     def _of(cls, run: RunLoop) -> Simulation:
@@ -111,9 +115,9 @@ class Simulation:
         in memory the whole model, in pages drawn block by block (plummer and uniform-cube).
         Other parameters as for the constructor."""
         options = _options(memory_budget, scratch, page_bytes)
-        home = residence.resolve(options)
-        kw = home.run_kwargs(options, dict(kwargs, gravity=gravity, integrator=integrator))
-        return cls._of(RUNS[home.name].from_model(model, n, seed, **kw))
+        run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
+        home = residence.resolve(options, run_kw)
+        return cls._of(RUNS[home.name].from_model(model, n, seed, **home.run_kwargs(options, run_kw)))
 
     @classmethod
     def from_snapshot(cls, path: str | Path, gravity: str = "direct", integrator: str | None = None, *,
@@ -122,9 +126,9 @@ class Simulation:
         """A run of a snapshot's particles (``t0`` defaults to the file's time): read whole in
         memory, block by block into pages. Other parameters as for the constructor."""
         options = _options(memory_budget, scratch, page_bytes)
-        home = residence.resolve(options)
-        kw = home.run_kwargs(options, dict(kwargs, gravity=gravity, integrator=integrator))
-        return cls._of(RUNS[home.name].from_snapshot(path, **kw))
+        run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
+        home = residence.resolve(options, run_kw)
+        return cls._of(RUNS[home.name].from_snapshot(path, **home.run_kwargs(options, run_kw)))
 
     @classmethod
     def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,
@@ -135,14 +139,14 @@ class Simulation:
         another one correctly). A paged run resumes in pages, ``memory_budget`` and
         ``scratch`` defaulting to the original run's (any budget continues bit for bit)."""
         checkpoint = latest_checkpoint(out)
-        home = residence.of_checkpoint(checkpoint)
+        home = residence.of_checkpoint(checkpoint, comm)
         kw = home.resume_kwargs(checkpoint, out, comm, _options(memory_budget, scratch))
         return cls._of(RUNS[home.name].resume(checkpoint, out, threads, **kw))
 
     # ---- the run's state and records ------------------------------------------------------
     @property
     def residence(self) -> str:
-        """Where the particles live: "memory" or "pages" (:data:`gravpipe.residence.RESIDENCES`)."""
+        """Where the particles live: "memory", "domains" or "pages" (:data:`gravpipe.residence.RESIDENCES`)."""
         return next(name for name, run in RUNS.items() if isinstance(self._run, run))
 
     @property
@@ -169,7 +173,8 @@ class Simulation:
     @property
     def particles(self) -> Particles:
         """A synchronized copy of the particles at ``time`` in the order they were given
-        (a paged run gathers them into memory: small runs and tests)."""
+        (a paged run gathers them into memory: small runs and tests; over domains, this
+        rank's particles only)."""
         return self._run.particles
 
     @property

@@ -8,11 +8,17 @@ Memory: O(block) plus O(bins); every function makes a few passes over the blocks
 
 The results are those of ``diagnostics`` for the same particles up to the order of the float
 sums (blocks are summed one after another).
+
+The blocks may be one rank's share of particles spread over MPI ranks: ``ranks`` (a
+:class:`Reductions`, e.g. ``gravpipe.parallel.domain_diagnostics.RankReductions``) then
+combines the ranks' sums, extremes and the few particles the last pass sorts, so that every
+rank gets the same radii without any rank holding all particles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import numpy as np
 
@@ -24,6 +30,31 @@ BlockSource = Callable[[], Iterable[dict[str, np.ndarray]]]
 #: histogram bins of the Lagrangian radii's first pass (in log r); the particles of the one
 #: bin that holds each quantile are then sorted exactly
 RADIUS_BINS = 1 << 16
+
+
+class Reductions(Protocol):
+    """How the blocks' partial results of several processes are combined (identical on all)."""
+
+    def sum(self, values: np.ndarray) -> np.ndarray: ...
+    def min(self, value: float) -> float: ...
+    def max(self, value: float) -> float: ...
+    def concatenate(self, values: np.ndarray) -> np.ndarray: ...
+
+
+class OneProcess:
+    """The blocks are all the particles: nothing to combine."""
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def min(self, value: float) -> float:
+        return value
+
+    def max(self, value: float) -> float:
+        return value
+
+    def concatenate(self, values: np.ndarray) -> np.ndarray:
+        return values
 
 
 def sums(source: BlockSource, quantities: dict[str, Callable[[dict[str, np.ndarray]], float]]) -> dict[str, float]:
@@ -40,18 +71,20 @@ def kinetic_block(blk: dict[str, np.ndarray]) -> float:
     return 0.5 * float(np.dot(blk["mass"], np.einsum("ij,ij->i", blk["vel"], blk["vel"])))
 
 
-def center_of_mass(source: BlockSource) -> tuple[np.ndarray, float]:
+def center_of_mass(source: BlockSource, ranks: Reductions = OneProcess()) -> tuple[np.ndarray, float]:
     """(x_cm (3,), total mass M) of blocks with "pos" and "mass"."""
-    moment, total = np.zeros(3), 0.0
+    acc = np.zeros(4)  # moment (3), mass
     for blk in source():
-        moment += blk["mass"] @ blk["pos"]
-        total += float(blk["mass"].sum())
+        acc[:3] += blk["mass"] @ blk["pos"]
+        acc[3] += float(blk["mass"].sum())
+    acc = ranks.sum(acc)
+    moment, total = acc[:3], float(acc[3])
     if not total > 0:
         raise ValueError("lagrangian radii: the total mass is 0")
     return moment / total, total
 
 
-def lagrangian_radii(source: BlockSource, fractions: Iterable[float]) -> np.ndarray:
+def lagrangian_radii(source: BlockSource, fractions: Iterable[float], ranks: Reductions = OneProcess()) -> np.ndarray:
     """Radii about the centre of mass enclosing the given mass fractions, as
     ``diagnostics.lagrangian_radii(p, fractions)`` defines them (the distance of the first
     particle, in order of distance, at which the enclosed mass reaches f M), shape (k,).
@@ -63,7 +96,7 @@ def lagrangian_radii(source: BlockSource, fractions: Iterable[float]) -> np.ndar
     fr = np.asarray(list(fractions), dtype=np.float64)
     if fr.ndim != 1 or fr.size == 0 or not ((fr > 0) & (fr <= 1)).all():
         raise ValueError(f"fractions: expected values in (0, 1], got {fr}")
-    c, total = center_of_mass(source)
+    c, total = center_of_mass(source, ranks)
 
     def radii(blk: dict[str, np.ndarray]) -> np.ndarray:
         return np.linalg.norm(blk["pos"] - c, axis=1)
@@ -75,6 +108,7 @@ def lagrangian_radii(source: BlockSource, fractions: Iterable[float]) -> np.ndar
         if pos_r.size:
             lo = min(lo, float(pos_r.min()))
         hi = max(hi, float(r.max()))
+    lo, hi = ranks.min(lo), ranks.max(hi)
     if not hi > 0:  # every particle at the centre
         return np.zeros(fr.size)
     lo = min(lo, hi)
@@ -88,7 +122,7 @@ def lagrangian_radii(source: BlockSource, fractions: Iterable[float]) -> np.ndar
     hist = np.zeros(len(edges) - 1)
     for blk in source():
         hist += np.bincount(bin_of(radii(blk)), weights=blk["mass"], minlength=len(hist))
-    cum = np.cumsum(hist)
+    cum = np.cumsum(ranks.sum(hist))
     target = fr * total - _CUMSUM_SLACK * total
     wanted = np.minimum(np.searchsorted(cum, target, side="left"), len(hist) - 1)
     members: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {int(b): [] for b in np.unique(wanted)}
@@ -101,8 +135,10 @@ def lagrangian_radii(source: BlockSource, fractions: Iterable[float]) -> np.ndar
                 members[k].append((r[sel], blk["mass"][sel]))
     out = np.empty(fr.size)
     for q, k in enumerate(wanted):
-        r = np.concatenate([m[0] for m in members[int(k)]])
-        m = np.concatenate([m[1] for m in members[int(k)]])
+        # (r, m) of the bin's particles of every rank, in rank order
+        mine = members[int(k)]
+        r = ranks.concatenate(np.concatenate([m[0] for m in mine]) if mine else np.empty(0))
+        m = ranks.concatenate(np.concatenate([m[1] for m in mine]) if mine else np.empty(0))
         order = np.argsort(r, kind="stable")
         before = cum[k - 1] if k > 0 else 0.0
         enclosed = before + np.cumsum(m[order])

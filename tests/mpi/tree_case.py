@@ -42,21 +42,39 @@ def forces(out: str, model: str) -> None:
                  seconds_comm=src.stats.seconds_comm, interactions=src.stats.interactions)
 
 
+def gathered_by_id(comm, p: gp.Particles) -> tuple[np.ndarray, ...] | None:
+    """(ids, pos, vel) of every rank's particles in id order on rank 0 (None elsewhere): for
+    the comparison only; the run itself never gathers them."""
+    parts = comm.gather((p.id, p.pos, p.vel))
+    if comm.rank != 0:
+        return None
+    ids, pos, vel = (np.concatenate([q[k] for q in parts]) for k in range(3))
+    order = np.argsort(ids, kind="stable")
+    return ids[order], pos[order], vel[order]
+
+
 def leapfrog(out: str, run_dir: str, t_end: float) -> None:
-    """A leapfrog tree run (resumed from run_dir when it holds a checkpoint)."""
+    """A leapfrog tree run (resumed from run_dir when it holds a checkpoint) with distributed
+    state: each rank holds its domain's particles, fewer than N."""
     comm = MPI.COMM_WORLD
     if Path(run_dir).is_dir() and any(Path(run_dir).glob("checkpoint_*")):  # multi-file sets
         sim = gp.Simulation.resume(run_dir)
     else:
         sim = gp.Simulation(small_plummer(), gravity="tree", eps=1 / 64, dt=1 / 64, threads=1, precise_energy=True)
     assert sim.comm is not None and sim.comm.Get_size() == comm.Get_size()
+    assert sim.residence == "domains"
     sim.evolve(t_end, checkpoint_every=0.125, out=run_dir, progress=False)
     p = sim.particles
+    local = comm.allgather(p.n)
+    assert sum(local) == sim.n and max(local) < sim.n, f"shares {local} of {sim.n}"
     energy_error = sim.energy_error()
-    assert same_on_every_rank(comm, p.pos, p.vel), "ranks disagree"
+    assert len(set(comm.allgather(energy_error))) == 1, "ranks disagree on the energy"
+    whole = gathered_by_id(comm, p)
     if comm.rank == 0:
-        np.savez(out, pos=p.pos, vel=p.vel, energy_error=energy_error, comm=sim.timings.comm,
-                 detail=sim.backend_detail)
+        ids, pos, vel = whole
+        assert np.array_equal(ids, np.arange(sim.n)), "particles lost or duplicated"
+        np.savez(out, pos=pos, vel=vel, energy_error=energy_error, comm=sim.timings.comm,
+                 detail=sim.backend_detail, shares=np.array(local))
 
 
 if __name__ == "__main__":

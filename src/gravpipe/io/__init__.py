@@ -14,7 +14,8 @@
         for block in snap.blocks(1 << 20): ...
 
 A run over P MPI ranks writes multi-file sets (``io.sets``: a folder of P files, one per
-rank, written at once and atomically); ``read``, ``read_snapshot`` and ``describe`` take
+rank, written at once and atomically; ``write_share`` when each rank writes the particles it
+holds, ``read_share`` for each rank's share of a file or set read block-wise); ``read``, ``read_snapshot`` and ``describe`` take
 a set's folder or any member as one snapshot. yt (``yt.load``) and pynbody open the files
 and the sets directly (the files carry GADGET-4's unit attributes, which pynbody reads; yt
 takes them as ``yt.load(path, unit_base=io.unit_base(path))``); files from GADGET, AREPO and similar codes in the same layout are
@@ -25,7 +26,8 @@ from gravpipe.io.atomic import atomic_open, atomic_path
 from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, HeaderAttr, SnapshotField
 from gravpipe.io.snapshot import Snapshot, SnapshotError, write_snapshot
 # read_snapshot, read and describe take single files and multi-file sets alike
-from gravpipe.io.sets import describe, file_share, is_set, read, read_snapshot, set_members, unit_base, write_set
+from gravpipe.io.sets import (Share, describe, file_share, is_set, read, read_share, read_snapshot, set_members, unit_base,
+                              write_set, write_share)
 from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "Snapshot",
     "SnapshotError",
     "SnapshotField",
+    "Share",
     "atomic_open",
     "atomic_path",
     "describe",
@@ -45,10 +48,12 @@ __all__ = [
     "is_set",
     "open_blocks",
     "read",
+    "read_share",
     "read_snapshot",
     "set_members",
     "streamed_snapshot",
     "unit_base",
     "write_set",
+    "write_share",
     "write_snapshot",
 ]

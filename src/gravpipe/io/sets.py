@@ -28,6 +28,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from gravpipe.io.fields import (
 from gravpipe.io.snapshot import Snapshot, SnapshotError
 from gravpipe.particles import Particles
 
-__all__ = ["SET_SUFFIX", "file_share", "member_path", "write_set", "is_set", "set_members",
+__all__ = ["SET_SUFFIX", "Share", "file_share", "member_path", "read_share", "write_set", "write_share", "is_set", "set_members",
            "read_snapshot", "read", "describe"]
 
 #: Members end in .hdf5: pynbody finds the members of a set by that name only.
@@ -81,7 +82,75 @@ def write_set(comm: Any, folder: str | os.PathLike[str], particles: Particles, t
     (k entries each, particle-major as the core writes them) and split like the particles.
     Raises on every rank the first rank's error (OSError naming ``folder``, ValueError).
     """
-    folder = Path(folder)
+    ranks, rank = comm.Get_size(), comm.Get_rank()
+    b, e = file_share(particles.n, rank, ranks)
+
+    def write_mine(path: Path) -> None:
+        _write_member(path, particles, b, e, time, ranks, parameters, integrator_state, whole_state=rank == 0)
+
+    return _write_collectively(comm, Path(folder), write_mine)
+
+
+def write_share(comm: Any, folder: str | os.PathLike[str], pos: np.ndarray, vel: np.ndarray, mass: np.ndarray,
+                ids: np.ndarray, time: float, *,
+                parameters: Mapping[str, Any] | None = None,
+                integrator_state: Mapping[str, Any] | None = None,
+                per_particle_state: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Write a set of P = comm size files in ``folder`` from the particles each rank holds:
+    member k holds rank k's particles (pos (n, 3), vel (n, 3), mass (n,), ids (n,) int64;
+    any n, 0 included), in their order;
+    ``NumPart_Total`` is the sum over the ranks. Atomic for the set and collective, as
+    :func:`write_set`; nothing of the whole set is held on any rank.
+
+    ``integrator_state``: the state of the whole run (scalars, small arrays, history
+    rows), written into member 0 (rank 0's is the one written). ``per_particle_state``:
+    name -> this rank's rows ((n,) or (n, width)), written into every member with the
+    attribute ``per_particle`` = width; every rank must give the same names and widths.
+    """
+    from mpi4py import MPI
+
+    ranks, rank = comm.Get_size(), comm.Get_rank()
+    n = len(mass)
+    total = comm.allreduce(n, op=MPI.SUM)
+    rows = {k: _rows(k, v, n) for k, v in (per_particle_state or {}).items()}
+
+    def write_mine(path: Path) -> None:
+        arrays = {"pos": pos, "vel": vel, "mass": mass, "id": single._ids_for_file(np.asarray(ids, np.int64))}
+        whole = None if rank != 0 or integrator_state is None else single._checked_state(integrator_state)
+        t = single._finite_float("time", time)
+        with h5py.File(path, "w") as f:
+            single._write_header(f.create_group(HEADER_GROUP), n, t, n_total=total, n_files=ranks)
+            single._write_particle_group(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), arrays)
+            single._write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True),
+                                single._parameters_for_file(parameters, t))
+            if whole is not None or rows:
+                group = f.create_group(INTEGRATOR_GROUP, track_order=True)
+                for key, value in (whole or {}).items():
+                    if isinstance(value, np.ndarray):
+                        group.create_dataset(key, data=value, dtype=value.dtype)
+                    else:
+                        group.attrs[key] = value
+                for key, value in rows.items():
+                    ds = group.create_dataset(key, data=value.reshape(-1), dtype=value.dtype)
+                    ds.attrs[_PER_PARTICLE] = value.shape[1]
+            f.flush()
+        _fsync_file(path)  # durable before the set is renamed into place
+
+    return _write_collectively(comm, Path(folder), write_mine)
+
+
+def _rows(name: str, value: np.ndarray, n: int) -> np.ndarray:
+    """``value`` as (n, width) rows: (n,) is width 1."""
+    a = np.ascontiguousarray(value)
+    if a.ndim not in (1, 2) or a.shape[0] != n:
+        raise ValueError(f"per_particle_state[{name!r}]: shape {a.shape}, expected ({n},) or ({n}, width)")
+    return a.reshape(n, 1) if a.ndim == 1 else a
+
+
+def _write_collectively(comm: Any, folder: Path, write_mine: Any) -> Path:
+    """The set protocol: rank 0 makes a temporary folder, every rank writes its member there
+    (``write_mine(path)``), and only when all succeeded rank 0 renames the folder into place.
+    Raises on every rank the first rank's error (OSError naming ``folder``, ValueError)."""
     ranks, rank = comm.Get_size(), comm.Get_rank()
     tmp = None
     error: BaseException | None = None
@@ -94,9 +163,7 @@ def write_set(comm: Any, folder: str | os.PathLike[str], particles: Particles, t
     if error is not None:
         raise error
     try:
-        b, e = file_share(particles.n, rank, ranks)
-        _write_member(tmp / f"{folder.name}.{rank}{SET_SUFFIX}", particles, b, e,
-                      time, ranks, parameters, integrator_state, whole_state=rank == 0)
+        write_mine(tmp / f"{folder.name}.{rank}{SET_SUFFIX}")
     except (OSError, ValueError) as exc:
         error = exc
     errors = comm.allgather(None if error is None else (type(error), str(error)))
@@ -329,6 +396,67 @@ def _joined(members: list[Path], parts: list[dict[str, Any]], part_type: int) ->
                     potential=data.get("potential"), acceleration=data.get("acceleration"),
                     parameters=parts[0]["parameters"], integrator_state=state, path=members[0],
                     part_type=part_type)
+
+
+@dataclass
+class Share:
+    """The particles a rank takes from a snapshot or a set (:func:`read_share`)."""
+
+    pos: np.ndarray               # (n, 3) float64: this rank's rows, in file order (n may be 0)
+    vel: np.ndarray               # (n, 3)
+    mass: np.ndarray              # (n,)
+    ids: np.ndarray               # (n,) int64
+    time: float
+    n_total: int                  # particles in the whole snapshot
+    parameters: dict[str, Any]    # member 0's /Parameters
+    state: dict[str, Any] | None  # /Integrator: the whole run's entries (member 0's) and this
+                                  # rank's rows of each per-particle array ((n,) or (n, width))
+    whole_member: bool            # the rows are member ``rank`` of a set of ``ranks`` members
+
+
+def read_share(path: str | os.PathLike[str], rank: int, ranks: int, *,
+               part_type: int = GRAVPIPE_PART_TYPE) -> Share:
+    """This rank's share of a snapshot (a single file or a set), read block-wise: member
+    ``rank`` when a set has ``ranks`` members (a run resumed on the P that wrote it takes
+    back what each rank wrote), else particles [N r / P, N (r + 1) / P) of the members in
+    order. Memory: the share and one member's header at a time; never the whole set.
+    Raises as ``read_snapshot``, and SnapshotError for a set whose members disagree."""
+    from gravpipe.io.stream import open_blocks
+
+    found = set_members(path)
+    members, member = (found, True) if found else ([Path(path)], False)
+    counts = []
+    for m in members:
+        with open_blocks(m, part_type=part_type, member=member) as r:
+            counts.append(r.n)
+            if m is members[0]:
+                time, parameters, whole = r.time, r.parameters, r.integrator_scalars
+                per_particle = r.per_particle_names()
+    total = sum(counts)
+    whole_member = len(members) == ranks and len(members) > 1
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    b, e = (int(starts[rank]), int(starts[rank + 1])) if whole_member else file_share(total, rank, ranks)
+    blocks: list[dict[str, np.ndarray]] = []
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in per_particle}
+    for k, m in enumerate(members):
+        lo, hi = max(b, int(starts[k])), min(e, int(starts[k + 1]))
+        if lo >= hi and not (b == e and k == 0):
+            continue
+        with open_blocks(m, part_type=part_type, member=member) as r:
+            if r.time != time:
+                raise SnapshotError(f"{m}: Time {r.time} differs from {members[0].name}'s {time}: not one set")
+            s0 = int(starts[k])
+            lo, hi = (lo, hi) if lo < hi else (s0, s0)
+            blocks.append(r.arrays(lo - s0, hi - s0))
+            for name in per_particle:
+                rows[name].append(r.state_rows(name, lo - s0, hi - s0))
+    joined = {k: np.concatenate([blk[k] for blk in blocks]) for k in ("pos", "vel", "mass", "id")}
+    state = None
+    if whole is not None or per_particle:
+        state = dict(whole or {})
+        state.update({k: np.concatenate(v) for k, v in rows.items()})
+    return Share(joined["pos"], joined["vel"], joined["mass"], joined["id"], time, total, parameters, state,
+                 whole_member)
 
 
 def unit_base(path: str | os.PathLike[str]) -> dict[str, float]:

@@ -569,21 +569,22 @@ def _header_group(f: h5py.File, path: Path) -> h5py.Group:
     return header
 
 
-def _read_header(header: h5py.Group, path: Path, part_type: int) -> tuple[int, float]:
-    """Return (N of ``part_type`` in this file, Time) after checking the header."""
+def _read_header(header: h5py.Group, path: Path, part_type: int, member: bool = False) -> tuple[int, float]:
+    """Return (N of ``part_type`` in this file, Time) after checking the header; ``member``:
+    the file is one member of a multi-file set (its own count only)."""
     where = f"{path}: /{HEADER_GROUP}"
     numpart = _int_array_attr(header, "NumPart_ThisFile", where)
     if part_type >= len(numpart):
         raise SnapshotError(f"{where}: part_type {part_type} out of range (file has {len(numpart)} types)")
     n = int(numpart[part_type])
     n_files = _scalar_attr(header, "NumFilesPerSnapshot", where, required=False)
-    if n_files is not None and int(n_files) != 1:
+    if n_files is not None and int(n_files) != 1 and not member:
         raise SnapshotError(
             f"{where}: NumFilesPerSnapshot = {int(n_files)}: this file is one member of a multi-file "
             "snapshot; read the whole set through its folder or a member named <base>.<k>.hdf5 "
             "(gravpipe.io.read)"
         )
-    if "NumPart_Total" in header.attrs:
+    if "NumPart_Total" in header.attrs and not member:
         total = _int_array_attr(header, "NumPart_Total", where).astype(object)  # no overflow
         if "NumPart_Total_HighWord" in header.attrs:
             high = _int_array_attr(header, "NumPart_Total_HighWord", where).astype(object)

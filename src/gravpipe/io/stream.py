@@ -199,10 +199,10 @@ def streamed_snapshot(path: str | os.PathLike[str], n: int, time: float, *,
 class BlockReader:
     """An open snapshot read in blocks: ``n``, ``time``, ``parameters`` and ``blocks(rows)``."""
 
-    def __init__(self, f: h5py.File, path: Path, part_type: int):
+    def __init__(self, f: h5py.File, path: Path, part_type: int, member: bool = False):
         self._f, self.path = f, path
         self._header = _header_group(f, path)
-        self.n, self.time = _read_header(self._header, path, part_type)
+        self.n, self.time = _read_header(self._header, path, part_type, member)
         self.part_type = part_type
         where = f"{path}: /{part_group_name(part_type)}"
         group = f.get(part_group_name(part_type))
@@ -250,6 +250,27 @@ class BlockReader:
         check_state_finite(f"{where}, entries {start * width}..{stop * width - 1}", rows)
         return rows.reshape(-1, width) if width > 1 else rows
 
+    def per_particle_names(self) -> list[str]:
+        """The names of the checkpoint's per-particle integrator arrays (none for a snapshot)."""
+        g = self._state_group
+        return [] if g is None else [k for k, ds in g.items() if isinstance(ds, h5py.Dataset) and PER_PARTICLE in ds.attrs]
+
+    def arrays(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Particles [start, stop) of the file (0 <= start <= stop <= n; none is fine) as
+        arrays "pos" (m, 3), "vel" (m, 3), "mass" (m,) float64 and "id" (m,) int64."""
+        if not (0 <= start <= stop <= self.n):
+            raise ValueError(f"rows [{start}, {stop}) outside [0, {self.n})")
+        data = {source: None if ds is None else ds[start:stop] for source, ds in self._datasets.items()}
+        for source in ("pos", "vel", "mass"):
+            if data[source] is not None:
+                data[source] = data[source].astype(np.float64, copy=False)
+        if data["mass"] is None:
+            data["mass"] = _masses_from_table(self._header, self.part_type, stop - start, self._where)
+        if data["id"] is None:
+            data["id"] = np.arange(start, stop, dtype=np.int64)
+        data["id"] = data["id"].astype(np.int64)
+        return data
+
     def blocks(self, rows: int) -> Iterator[Particles]:
         """Particles of at most ``rows`` each, in file order (float datasets as float64)."""
         if isinstance(rows, (bool, np.bool_)) or not isinstance(rows, (int, np.integer)) or rows < 1:
@@ -271,10 +292,12 @@ class BlockReader:
 
 
 @contextmanager
-def open_blocks(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PART_TYPE) -> Iterator[BlockReader]:
-    """Open a snapshot (any GADGET-layout HDF5 file) to read it block by block. Errors as
-    ``read_snapshot``: FileNotFoundError, OSError naming the file, SnapshotError."""
+def open_blocks(path: str | os.PathLike[str], *, part_type: int = GRAVPIPE_PART_TYPE,
+                member: bool = False) -> Iterator[BlockReader]:
+    """Open a snapshot (any GADGET-layout HDF5 file) to read it block by block; ``member``:
+    one file of a multi-file set on its own (``io.sets.read_share`` reads sets so). Errors
+    as ``read_snapshot``: FileNotFoundError, OSError naming the file, SnapshotError."""
     part_type = _checked_part_type(part_type)
     p = _existing_file(path)
     with _open_snapshot(p) as f:
-        yield BlockReader(f, p, part_type)
+        yield BlockReader(f, p, part_type, member)

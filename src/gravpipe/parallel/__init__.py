@@ -1,7 +1,9 @@
 """Runs over many processes with MPI (mpi4py): finding the communicator, the j-parallel
 direct summation and the reductions it needs, curve domains balanced by cost
-(:mod:`~gravpipe.parallel.domain`) and the treecode with locally essential trees
-(:mod:`~gravpipe.parallel.tree_parallel`). Serial runs never import mpi4py.
+(:mod:`~gravpipe.parallel.domain`), the treecode with locally essential trees
+(:mod:`~gravpipe.parallel.essential_forces`), its leapfrog with distributed state
+(:mod:`~gravpipe.parallel.domain_leapfrog`: each rank holds its domain) and diagnostics
+by reductions (:mod:`~gravpipe.parallel.domain_diagnostics`). Serial runs never import mpi4py.
 
     mpiexec -n 2 gravpipe run -n 8192 --t-end 1
     mpiexec -n 2 gravpipe run -n 65536 --gravity tree --t-end 1

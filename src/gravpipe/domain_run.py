@@ -1,0 +1,363 @@
+"""A run whose particles are spread over MPI ranks (the residence "domains" of
+:mod:`gravpipe.residence`): each rank holds only its share, nothing of size N exists on any
+rank (Salmon & Warren, seed 004; GADGET-4's distributed state).
+
+- gravity="tree": the leapfrog over curve domains with locally essential trees
+  (:class:`~gravpipe.parallel.domain_leapfrog.DomainLeapfrog`); particles migrate as the
+  domains move, balanced by each particle's interactions.
+- Diagnostics rows: energies and Lagrangian radii by reductions over the ranks
+  (:mod:`gravpipe.parallel.domain_diagnostics`), the same on every rank.
+- Files: each rank writes its own member of a GADGET-4 multi-file set from its own
+  particles (``io.write_share``); a snapshot, a set or a checkpoint is read block-wise, each
+  rank taking its share (``io.read_share``), and the first step moves the particles to
+  their domains. A run resumed on the number of ranks that wrote its checkpoint takes back
+  what each rank wrote and continues bit for bit; on another number, correctly.
+
+Built by :class:`gravpipe.Simulation` for runs under ``mpiexec -n P`` (P > 1) or with a
+communicator of several ranks; the evolve loop, run directory and records are
+:class:`~gravpipe.run_loop.RunLoop`'s, rank 0 printing and writing ``diagnostics.csv``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gravpipe import _core, integrators, parallel
+from gravpipe import gravity as gravity_registry
+from gravpipe import io as gio
+from gravpipe._validate import check_magnitude, check_positive_scalar
+from gravpipe.backends import resolve_backend
+from gravpipe.diagnostics import Energy
+from gravpipe.gravity import DIAGNOSTICS_THETA
+from gravpipe.parallel import consistency, domain_diagnostics
+from gravpipe.parallel.domain import global_frame
+from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
+from gravpipe.parallel.essential_forces import EssentialTreeForces
+from gravpipe.particles import Particles
+from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings
+
+#: a share: "pos" (n, 3), "vel" (n, 3), "mass" (n,) float64, "id" (n,) int64 (n may be 0)
+Share = dict[str, np.ndarray]
+
+
+class DomainRun(RunLoop):
+    """A run over MPI ranks with distributed state (built by :class:`gravpipe.Simulation`).
+
+    ``particles``: the whole model, the same on every rank (each rank keeps its slice
+    [N r / P, N (r + 1) / P) and drops the rest; ``from_model`` and ``from_snapshot`` never
+    hold more than the share). Other parameters as for ``MemoryRun``; gravity "tree" with
+    the leapfrog, on the CPU. ``comm``: the communicator (None: COMM_WORLD under mpiexec).
+    """
+
+    def __init__(self, particles: Particles, gravity: str = "tree", integrator: str | None = None, *,
+                 comm: Any = None, **kwargs: Any):
+        if not isinstance(particles, Particles):
+            raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
+        comm = _ranks(comm)
+        b, e = gio.file_share(particles.n, comm.Get_rank(), comm.Get_size())
+        share = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
+                 "id": particles.id[b:e]}
+        origin = {"initial conditions (digest)": consistency.particles_digest(particles)}
+        self._setup(comm, share, particles.n, origin, dict(kwargs, gravity=gravity, integrator=integrator))
+
+    @classmethod
+    def from_model(cls, model: str, n: int, seed: int, *, comm: Any = None, **kwargs: Any) -> DomainRun:
+        """A run of a generated model, each rank drawing its share (``ic.model_share``)."""
+        from gravpipe import ic
+
+        comm = _ranks(comm)
+        b, e = gio.file_share(int(n), comm.Get_rank(), comm.Get_size())
+        share = ic.model_share(model, int(n), seed, b, e)
+        run = cls.__new__(cls)
+        run._setup(comm, share, int(n), {"initial conditions": f"{model} n={n} seed={seed}"}, kwargs)
+        return run
+
+    @classmethod
+    def from_snapshot(cls, path: str | Path, *, comm: Any = None, **kwargs: Any) -> DomainRun:
+        """A run of a snapshot's (or a set's) particles, each rank reading its share block-wise;
+        ``t0`` defaults to the file's time."""
+        comm = _ranks(comm)
+        got = gio.read_share(path, comm.Get_rank(), comm.Get_size())
+        if kwargs.get("t0") is None:
+            kwargs["t0"] = got.time
+        share = {"pos": got.pos, "vel": got.vel, "mass": got.mass, "id": got.ids}
+        run = cls.__new__(cls)
+        run._setup(comm, share, got.n_total, {"initial conditions": _file_fact(path)}, kwargs)
+        return run
+
+    # ---- construction ---------------------------------------------------------------------
+    def _setup(self, comm: Any, share: Share, n_total: int, origin: dict[str, str], kw: dict[str, Any],
+               restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
+        self.comm = comm
+        self._n = int(n_total)
+        if self._n < 2:
+            raise ValueError(f"a run over {comm.Get_size()} MPI ranks needs at least 2 particles, got {self._n}")
+        kind, gparams = gravity_registry.resolve(kw.get("gravity") or "tree", {"theta": kw.get("theta")})
+        spec, params = integrators.resolve(kw.get("integrator") or kind.default_integrator,
+                                           {k: kw.get(k) for k in ("eta", "eta_s", "dt_max", "dt")})
+        if kind.name != "tree" or spec.name != "leapfrog":
+            raise ValueError(f"gravity={kind.name!r}, integrator={spec.name!r}: over MPI ranks with distributed "
+                             "state this gravpipe runs gravity='tree' with the leapfrog")
+        backend = kw.get("backend") or "auto"
+        if backend == "cuda":
+            raise ValueError("backend='cuda': the tree over MPI ranks evaluates its lists on the CPU only; use "
+                             "backend='cpu' or one process")
+        resolve_backend(backend)  # an unknown backend name is still an error
+        eps = check_positive_scalar("eps", kw.get("eps", 1 / 64))
+        G, precision = float(kw.get("G", 1.0)), kw.get("precision") or "mixed"
+        t0 = float(kw.get("t0") or 0.0)
+        if not math.isfinite(t0):
+            raise ValueError(f"t0: must be finite, got {t0!r}")
+        threads = kw.get("threads")
+        threads = parallel.threads_per_rank(comm) if threads is None else int(threads)
+        _core.set_max_threads(threads)  # ranks sharing a machine split its cores
+        self._check_ranks_agree(origin, {
+            "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
+            "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0, "N": self._n,
+            "restart": asdict(restart[0]) if restart is not None else None})
+        check_magnitude("pos", share["pos"], precision)
+        check_magnitude("vel", share["vel"], precision)
+        self._spec, self._kind, self._eps, self._G = spec, kind, eps, G
+        self._forces = EssentialTreeForces(comm, eps, G, theta=gparams["theta"], threads=threads,
+                                           precision=precision)
+        self._run_dir: Path | None = None
+        state = None
+        if restart is None:
+            self.history = []
+        else:
+            self.config, state, self.history = restart
+        self._engine = DomainLeapfrog(comm, share["pos"], share["vel"], share["mass"], share["id"],
+                                      forces=self._forces, dt=params["dt"], t0=t0 if restart is None
+                                      else self.config.t0, restart=state)
+        if restart is None:
+            self._precise_energy = kind.precise_rows if kw.get("precise_energy") is None \
+                else bool(kw["precise_energy"])
+            e0 = self.energy()
+            self.config = RunConfig(kind.name, spec.name, params, eps, G, backend, precision, threads, t0,
+                                    e0.total, theta=gparams.get("theta"), kinetic0=e0.kinetic,
+                                    potential0=e0.potential, precise_energy=self._precise_energy,
+                                    distributed=True)
+        else:
+            self._precise_energy = self.config.precise_energy
+        last = self.history[-1] if self.history else {}
+        self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
+        self._startup = self._raw_timings()
+        if restart is None:
+            self._record()
+
+    def _check_ranks_agree(self, origin: dict[str, str], setup: dict[str, Any]) -> None:
+        """Every rank must run the same gravpipe and core on the same inputs (collective)."""
+        import gravpipe
+
+        facts = {"gravpipe version": gravpipe.__version__,
+                 "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str)}
+        facts.update({key: json.dumps(value, sort_keys=True, default=str) for key, value in setup.items()})
+        facts.update(origin)
+        consistency.check_same_on_all_ranks(self.comm, facts)
+
+    # ---- state -----------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        """The current time: every particle is synchronized here (N-body time units)."""
+        return self._engine.time
+
+    @property
+    def grid_origin(self) -> float:
+        """Stops at ``grid_origin + k * quantum`` are whole steps; others cost one more evaluation."""
+        return self._engine.grid_origin
+
+    @property
+    def quantum(self) -> float:
+        """The leapfrog's step dt."""
+        return self.config.params[self._spec.quantum_key]
+
+    @property
+    def n(self) -> int:
+        """The number of particles of all ranks."""
+        return self._n
+
+    @property
+    def provider(self) -> EssentialTreeForces:
+        """The force evaluation: the treecode with locally essential trees (counters, threads)."""
+        return self._forces
+
+    @property
+    def backend(self) -> str:
+        return "cpu"
+
+    @property
+    def backend_detail(self) -> str:
+        f = self._forces
+        return (f"isa={f.isa}, threads={f.threads}, distributed state: curve domains over "
+                f"{self.comm.Get_size()} MPI ranks")
+
+    @property
+    def particles(self) -> Particles:
+        """A copy of the particles this rank holds at ``time`` (its domain, in its order);
+        ValueError on a rank that holds none."""
+        e = self._engine
+        return Particles(e.positions().copy(), e.velocities().copy(), e.masses().copy(), e.ids().copy())
+
+    @property
+    def local_n(self) -> int:
+        """The number of particles this rank holds."""
+        return len(self._engine.masses())
+
+    def energy(self, precise: bool | None = None) -> Energy:
+        """Kinetic, potential and total energy of all ranks' particles now (collective): the
+        potential of the last evaluation, or with ``precise`` a float64 tree at theta
+        ``DIAGNOSTICS_THETA`` over the ranks (|dW/W| ~1e-6)."""
+        e = self._engine
+        precise = self._precise_energy if precise is None else precise
+        pot = self._precise_potential() if precise else e.potentials()
+        return domain_diagnostics.energy(self.comm, e.velocities(), e.masses(), pot)
+
+    def _precise_potential(self) -> np.ndarray:
+        f, e = self._forces, self._engine
+        fine = EssentialTreeForces(self.comm, f.eps, f.G, theta=DIAGNOSTICS_THETA, threads=f.threads,
+                                   precision="double")
+        pos = e.positions()
+        return fine.evaluate(pos, e.masses(), global_frame(self.comm, pos)).pot
+
+    def _raw_timings(self) -> Timings:
+        c, s, e = self._engine.counters(), self._engine.stats, self._engine
+        total = c["seconds_total"] + e.seconds_decompose
+        host = max(total - s.seconds_j_write - s.seconds_compute - s.seconds_comm, 0.0)
+        return Timings(host=host, transfer=s.seconds_j_write, compute=s.seconds_compute, comm=s.seconds_comm,
+                       total=total, steps=c["steps"], particle_steps=c["steps"] * self._n,
+                       interactions=s.interactions)
+
+    @property
+    def timings(self) -> Timings:
+        """The time breakdown of this rank's steps (start-up excluded): tree builds, exports
+        and grafts as "transfer", walks and kernels as "compute", MPI (migration, pieces,
+        reductions) as "comm"; particle steps of all ranks."""
+        now, base = self._raw_timings(), self._startup
+        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
+
+    @property
+    def startup_seconds(self) -> float:
+        return self._startup.total
+
+    def _advance_to(self, t: float) -> None:
+        self._engine.evolve_to(t)
+
+    def _record(self) -> None:
+        e = self._engine
+        radii = domain_diagnostics.lagrangian_radii(self.comm, e.positions(), e.masses(), LAGRANGIAN_FRACTIONS)
+        self._append_row(self.energy(), radii)
+
+    def summary_lines(self) -> list[str]:
+        """The balance of the domains and what the ranks exchanged."""
+        return [str(self._forces.balance)]
+
+    def close(self) -> None:
+        """Nothing to release: each rank's particles are arrays of its process."""
+
+    # ---- files -------------------------------------------------------------------------------
+    def _parameters(self) -> dict[str, Any]:
+        c = self.config
+        return {"integrator": c.integrator, "gravity": c.gravity, "eps": c.eps, "G": c.G,
+                "precision": c.precision, "backend": "cpu", "run_config": json.dumps(asdict(c))}
+
+    def write_snapshot(self, path: str | Path) -> Path:
+        """A multi-file set in the folder ``path``, member k holding rank k's particles
+        (collective, atomic for the set)."""
+        e = self._engine
+        return gio.write_share(self.comm, path, e.positions(), e.velocities(), e.masses(), e.ids(), self.time,
+                               parameters=self._parameters())
+
+    def write_checkpoint(self, path: str | Path) -> Path:
+        """A snapshot set plus each rank's integrator rows (acc, pot, domain_cost) in its own
+        member and the run's clock and diagnostics history in member 0."""
+        e = self._engine
+        state = e.checkpoint()
+        n = len(e.masses())
+        rows = {"acc": state.pop("acc").reshape(n, 3), "pot": state.pop("pot"), "domain_cost": state.pop("domain_cost")}
+        keys = [k for k in self.history[0] if not k.startswith("seconds_")]
+        for k in keys:
+            state[f"history_{k}"] = np.array([row[k] for row in self.history])
+        return gio.write_share(self.comm, path, e.positions(), e.velocities(), e.masses(), e.ids(), self.time,
+                               parameters=self._parameters(), integrator_state=state, per_particle_state=rows)
+
+    @classmethod
+    def resume(cls, checkpoint: Path, out: str | Path, threads: int | None = None, comm: Any = None) -> DomainRun:
+        """Continue from ``checkpoint`` (a set of any number of members, or a single file),
+        each rank reading its share: on the number of ranks that wrote it bit for bit."""
+        comm = _ranks(comm)
+        got = gio.read_share(checkpoint, comm.Get_rank(), comm.Get_size())
+        if got.state is None or "run_config" not in got.parameters:
+            raise ValueError(f"{checkpoint}: not a gravpipe checkpoint (no integrator state)")
+        config = RunConfig(**json.loads(got.parameters["run_config"]))
+        state = _share_state(got, checkpoint, comm)
+        history = _history(got.state)
+        share = {"pos": got.pos, "vel": got.vel, "mass": got.mass, "id": got.ids}
+        kw = dict(gravity=config.gravity, integrator=config.integrator, eps=config.eps, G=config.G,
+                  backend=config.backend, precision=config.precision,
+                  threads=threads if threads is not None else config.threads, theta=config.theta, t0=config.t0,
+                  **config.params)
+        config.distributed = True
+        run = cls.__new__(cls)
+        run._setup(comm, share, got.n_total, {"checkpoint": _file_fact(checkpoint)}, kw,
+                   restart=(config, state, history))
+        run._run_dir = Path(out).resolve()
+        return run
+
+
+def _ranks(comm: Any) -> Any:
+    """The communicator of a distributed run: ValueError for one process."""
+    resolved = parallel.resolve_comm(comm)
+    if resolved is None:
+        raise ValueError("a run with distributed state needs several MPI ranks (mpiexec -n P, P > 1, or comm=)")
+    return resolved
+
+
+def _file_fact(path: str | Path) -> str:
+    """What every rank must agree on about an input file: its path, size and time stamp."""
+    p = Path(path).resolve()
+    files = sorted(p.iterdir()) if p.is_dir() else [p]
+    h = hashlib.blake2b(digest_size=8)
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return f"{p} ({h.hexdigest()})"
+
+
+def _share_state(got: gio.Share, checkpoint: Path, comm: Any) -> dict[str, np.ndarray]:
+    """The leapfrog rows of this rank's share of a checkpoint: acc, pot, domain_cost (ones
+    when absent) and the clock. A one-process checkpoint holds its arrays whole (not split
+    per particle): they are sliced here like the particles."""
+    state, n = got.state, len(got.mass)
+    if "steps" not in state:
+        raise ValueError(f"{checkpoint}: /Integrator/steps: missing (a leapfrog checkpoint holds it)")
+    b, e = gio.file_share(got.n_total, comm.Get_rank(), comm.Get_size())
+    out = {"steps": np.asarray(state["steps"]).reshape(1), "grid_origin":
+           np.asarray(state.get("grid_origin", [np.nan])).reshape(1)}
+    for key, width in (("acc", 3), ("pot", 1), ("domain_cost", 1)):
+        value = state.get(key)
+        if value is None:
+            if key != "domain_cost":
+                raise ValueError(f"{checkpoint}: /Integrator/{key}: missing (a leapfrog checkpoint holds it)")
+            value = np.ones(n, np.int64)
+        value = np.asarray(value)
+        if len(value) == got.n_total * width and len(value) != n * width:  # a whole array of one process
+            value = value[b * width:e * width]
+        if value.size != n * width:
+            raise ValueError(f"{checkpoint}: /Integrator/{key}: {value.size} entries for this rank's {n} particles")
+        out[key] = value.reshape(n, width) if width > 1 else value.reshape(n)
+    if not np.isfinite(out["grid_origin"]).all():
+        out["grid_origin"] = np.array([float(json.loads(got.parameters["run_config"])["t0"])])
+    return out
+
+
+def _history(state: dict[str, Any]) -> list[dict]:
+    cols = {k[len("history_"):]: v for k, v in state.items() if k.startswith("history_")}
+    rows = len(next(iter(cols.values()))) if cols else 0
+    return [{k: v[i].item() for k, v in cols.items()} for i in range(rows)]

@@ -1,0 +1,230 @@
+"""The treecode's kick-drift-kick leapfrog over MPI ranks with distributed state (Salmon &
+Warren, seed 004): each rank holds only the particles of its curve domain.
+
+A step on every rank:
+
+1. **decompose**: the curve keys of the particles in the global box, domains cut along
+   the Hilbert curve balanced by each particle's interactions in the last evaluation
+   (:mod:`gravpipe.parallel.domain`), and the particles that left a domain migrate to
+   their new owner with all they carry (position, velocity, mass, id, acceleration,
+   potential, cost: one Alltoallv per dtype);
+2. **step**: the core's ``LeapfrogIntegrator`` takes one kick-drift-kick step of the
+   rank's particles; its force evaluation (after the drift) is collective: locally
+   essential trees over the ranks' domains
+   (:class:`~gravpipe.parallel.essential_forces.EssentialTreeForces`).
+
+The step's arithmetic is the core's (kick, drift, the force check), as in one process;
+between steps the particles change hands, so each step runs on the rank's set of that
+step (the integrator restarts from the carried accelerations: no extra evaluation). The
+domains of a step are cut at its start positions and its forces evaluated after the drift:
+the domain boxes are those of the drifted positions, so the pieces stay exact.
+
+Nothing of size N exists on any rank. Results are deterministic for a given number of
+ranks (migration keeps each sender's order, senders in rank order) and within the serial
+tree's error bounds for any number.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from gravpipe import _core
+from gravpipe.parallel.domain import balanced_splitters, curve_keys, global_frame, migrate, owners
+from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces
+from gravpipe.pipeline import PipelineStats
+
+#: the per-particle state a checkpoint carries beyond the particles: name -> entries per particle
+STATE_FIELDS = {"acc": 3, "pot": 1, "domain_cost": 1}
+#: the state of the whole run (one entry)
+CLOCK_FIELDS = ("steps", "grid_origin")
+
+
+class DomainLeapfrog:
+    """The leapfrog of this rank's share of a treecode run (see the module docstring).
+
+    pos (n, 3), vel (n, 3), mass (n,), ids (n,) int64: the particles this rank starts with
+    (any share: the first step moves them to their domains; n may be 0 on some ranks).
+    ``forces``: the collective force evaluation; dt: the step; t0: the time. ``restart``: a
+    :meth:`checkpoint` of the same particles (acc (3n,), pot (n,), domain_cost (n,),
+    steps (1,), grid_origin (1,)) continues without a force evaluation; else the start-up
+    evaluation runs now (collective).
+    """
+
+    def __init__(self, comm: Any, pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, ids: np.ndarray, *,
+                 forces: EssentialTreeForces, dt: float, t0: float, restart: dict[str, np.ndarray] | None = None):
+        self.comm, self.forces, self.dt = comm, forces, float(dt)
+        self._pos = np.ascontiguousarray(pos, np.float64).reshape(-1, 3)
+        self._vel = np.ascontiguousarray(vel, np.float64).reshape(-1, 3)
+        self._mass = np.ascontiguousarray(mass, np.float64)
+        self._ids = np.ascontiguousarray(ids, np.int64)
+        self.comm_clock = Clock()        # decomposition and migration (the evaluations count their own)
+        self.seconds_decompose = 0.0
+        self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
+        self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
+        self._last_migrated = 0
+        this = weakref.ref(self)  # the core calls back; a bound method would make an unseen cycle
+        self._provider = _core.CallbackForces(lambda *views: this()._evaluate(*views))
+        if restart is None:
+            self._origin, self._steps = float(t0), 0
+            n = len(self._mass)
+            self._cost = np.ones(n, np.int64)
+            self._acc, self._pot = np.zeros((n, 3)), np.zeros(n)  # carried by the first migration
+            self._decompose()
+            ev = self._evaluate_now()
+            self._acc, self._pot, self._cost = ev.acc, ev.pot, ev.cost
+        else:
+            n = len(self._mass)
+            self._acc = np.asarray(restart["acc"], np.float64).reshape(n, 3).copy()
+            self._pot = np.asarray(restart["pot"], np.float64).reshape(n).copy()
+            self._cost = np.asarray(restart["domain_cost"], np.int64).reshape(n).copy()
+            self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
+            self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
+
+    # ---- the clock -------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        """The time of every particle (grid_origin + steps dt, as the core counts it)."""
+        return self._origin + self._steps * self.dt
+
+    @property
+    def grid_origin(self) -> float:
+        return self._origin
+
+    def _reached(self, t: float) -> bool:
+        """Whether the clock is at ``t``: on the grid by the core's tolerance, else exactly."""
+        want = (t - self._origin) / self.dt
+        whole = round(want)
+        if abs(want - whole) <= 1e-9 * max(1.0, abs(whole)):
+            return whole <= self._steps
+        return t <= self.time
+
+    def evolve_to(self, t: float) -> None:
+        """Whole steps of dt to ``t``; an off-grid ``t`` ends with a shortened step to it,
+        which becomes the grid's origin (the core's ``LeapfrogIntegrator.evolve_to``).
+        Collective: every rank must ask for the same ``t``."""
+        if not np.isfinite(t) or t < self.time - 1e-9 * self.dt:
+            raise ValueError(f"evolve_to: t = {t!r} is before the current time {self.time!r} or not finite")
+        while not self._reached(t):
+            self._decompose()
+            self._step(min(t, self._origin + (self._steps + 1) * self.dt))
+
+    def _step(self, target: float) -> None:
+        """One step to ``target`` (the next grid point, or an off-grid stop before it)."""
+        n = len(self._mass)
+        if n == 0:  # no particles here: take part in the evaluation only
+            self._evaluate_now()
+            self._advance_clock(target)
+            return
+        state = {"acc": self._acc.reshape(-1), "pot": self._pot, "grid_origin": np.array([self._origin])}
+        core = _core.Leapfrog(self._provider, self._pos, self._vel, self._mass, self._origin, self.dt,
+                              state, {"steps": np.array([self._steps], np.int64)})
+        core.evolve_to(target)
+        self._pos, self._vel = core.positions().reshape(n, 3), core.velocities().reshape(n, 3)
+        done = core.checkpoint()
+        self._acc, self._pot = np.asarray(done["acc"]).reshape(n, 3), np.asarray(done["pot"])
+        self._steps, self._origin = int(done["steps"][0]), float(done["grid_origin"][0])
+        c = core.counters()
+        for key in self._counters:
+            self._counters[key] += c[key]
+
+    def _advance_clock(self, target: float) -> None:
+        want = (target - self._origin) / self.dt
+        if abs(want - round(want)) <= 1e-9 * max(1.0, abs(round(want))):
+            self._steps += 1
+        else:
+            self._origin, self._steps = float(target), 0
+        self._counters["steps"] += 1
+
+    # ---- decomposition ---------------------------------------------------------------------
+    def _decompose(self) -> None:
+        """Cut the domains at the current positions by cost and move the particles there."""
+        comm = self.comm
+        t0 = _now()
+        with self.comm_clock:
+            lo, hi = global_frame(comm, self._pos)
+        keys = curve_keys(self._pos, lo, hi, self.forces.threads)
+        with self.comm_clock:
+            splitters = balanced_splitters(comm, keys, np.maximum(self._cost, 1))
+            f64 = np.column_stack((self._pos, self._vel, self._mass, self._acc, self._pot))
+            i64 = np.column_stack((self._ids, self._cost))
+            f64, i64, self._last_migrated = migrate(comm, owners(keys, splitters), f64, i64)
+        self._pos, self._vel = np.ascontiguousarray(f64[:, 0:3]), np.ascontiguousarray(f64[:, 3:6])
+        self._mass, self._acc = np.ascontiguousarray(f64[:, 6]), np.ascontiguousarray(f64[:, 7:10])
+        self._pot = np.ascontiguousarray(f64[:, 10])
+        self._ids, self._cost = np.ascontiguousarray(i64[:, 0]), np.ascontiguousarray(i64[:, 1])
+        self.seconds_decompose += _now() - t0
+
+    # ---- forces ------------------------------------------------------------------------------
+    def _evaluate_now(self):
+        """The evaluation of the current positions (start-up, or a rank without particles)."""
+        acc, pot = np.empty((len(self._mass), 3)), np.empty(len(self._mass))
+        self._evaluate(self._pos.reshape(-1), self._mass, acc.reshape(-1), pot)
+        return self._last
+
+    def _evaluate(self, pos_flat: np.ndarray, mass: np.ndarray, acc_flat: np.ndarray, pot: np.ndarray
+                  ) -> tuple[int, float, float]:
+        """The core's force callback: forces of this rank's particles (pos (3n,), mass (n,))
+        into acc (3n,), pot (n,); keeps the costs. Returns (interactions of all ranks,
+        seconds building trees, seconds in MPI)."""
+        t0 = _now()
+        pos = pos_flat.reshape(-1, 3)
+        with self.comm_clock:
+            frame = global_frame(self.comm, pos)
+        ev = self.forces.evaluate(pos, mass, frame, self._last_migrated)
+        self._last_migrated = 0
+        acc_flat.reshape(-1, 3)[:] = ev.acc
+        pot[:] = ev.pot
+        self._cost = ev.cost
+        self._last = ev
+        s = self._stats
+        s["interactions"] += ev.interactions
+        s["seconds_j_write"] += ev.seconds_build
+        s["seconds_comm"] += ev.seconds_comm
+        s["seconds_total"] += _now() - t0
+        return ev.interactions, ev.seconds_build, ev.seconds_comm
+
+    # ---- what the run reads ---------------------------------------------------------------------
+    def positions(self) -> np.ndarray:
+        """This rank's positions (n, 3) at ``time`` (its domain's particles, in its order)."""
+        return self._pos
+
+    def velocities(self) -> np.ndarray:
+        return self._vel
+
+    def masses(self) -> np.ndarray:
+        return self._mass
+
+    def ids(self) -> np.ndarray:
+        return self._ids
+
+    def potentials(self) -> np.ndarray:
+        """The potential (n,) of this rank's particles from the last evaluation (at ``time``)."""
+        return self._pot
+
+    def checkpoint(self) -> dict[str, np.ndarray]:
+        """What continues this rank's share bit for bit (see :data:`STATE_FIELDS`)."""
+        return {"acc": self._acc.reshape(-1).copy(), "pot": self._pot.copy(), "domain_cost": self._cost.copy(),
+                "steps": np.array([self._steps], np.int64), "grid_origin": np.array([self._origin])}
+
+    def counters(self) -> dict[str, float]:
+        """The steps taken (all particles' steps counted by the ranks that hold them) and seconds."""
+        return dict(self._counters)
+
+    @property
+    def stats(self) -> PipelineStats:
+        """Interactions of all ranks; tree builds as ``seconds_j_write``; MPI in ``seconds_comm``
+        (the decomposition's included)."""
+        s = dict(self._stats)
+        s["seconds_comm"] += self.comm_clock.seconds
+        walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
+        return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
+                             seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()

@@ -1,0 +1,210 @@
+"""Self-gravity of the particles the ranks hold, with locally essential trees (Salmon &
+Warren, seed 004): the force evaluation of the treecode over MPI ranks.
+
+Each rank passes its own particles (any partition works; contiguous curve domains make the
+pieces small) and gets their accelerations, potentials and interaction counts back:
+
+1. each rank builds its tree (``_core.DomainTree``) in one global frame, so that the local
+   trees' cells are cells of one global octree;
+2. the domain boxes go round (Allgather), each rank exports for every other one the cells
+   and particles that rank's walks need under the MAC (pruned where the box accepts a
+   cell), and the pieces are exchanged (Alltoallv of flat float64 / int64 buffers);
+3. each rank grafts the pieces onto its tree and walks it for its own particles with the
+   serial walk and kernels.
+
+The pieces carry exactly the cells the serial walk would accept or open, so the forces meet
+the serial tree's error bounds; for a given partition they are deterministic. Nothing of
+size N is held on any rank: a rank's memory is its particles plus the pieces it imports.
+Counters per evaluation (:class:`BalanceCounters`): load imbalance over the ranks, bytes
+of pieces and of migration, seconds in MPI calls.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gravpipe import _core
+from gravpipe.backends import resolve_isa
+from gravpipe.parallel.domain import alltoallv
+from gravpipe.tree import DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats
+
+_N_CELL = 19      # float64 per exported cell (kPieceCellDoubles)
+_N_LINK = 4       # int64 per exported cell (kPieceCellInts)
+_N_PARTICLE = 4   # float64 per exported particle: x, y, z, m
+
+
+@dataclass
+class BalanceCounters:
+    """Counters of the evaluations so far (sums) and of the last one.
+
+    imbalance_*: max / mean over ranks (1 is perfect) of the local walk + evaluate seconds
+    and of the interactions, averaged over evaluations (``last_*``: the last one).
+    bytes_essential / bytes_migration: sent by all ranks together. seconds_comm: this rank's
+    wall time in MPI calls.
+    """
+
+    evaluations: int = 0
+    interactions: int = 0
+    bytes_essential: int = 0
+    bytes_migration: int = 0
+    seconds_comm: float = 0.0
+    imbalance_seconds_sum: float = 0.0
+    imbalance_interactions_sum: float = 0.0
+    last_imbalance_seconds: float = 1.0
+    last_imbalance_interactions: float = 1.0
+
+    @property
+    def imbalance_seconds(self) -> float:
+        return self.imbalance_seconds_sum / self.evaluations if self.evaluations else 1.0
+
+    @property
+    def imbalance_interactions(self) -> float:
+        return self.imbalance_interactions_sum / self.evaluations if self.evaluations else 1.0
+
+    def __str__(self) -> str:
+        per = max(self.evaluations, 1)
+        return (f"load imbalance (max/mean over ranks) {self.imbalance_seconds:.3f} in walk+evaluate seconds, "
+                f"{self.imbalance_interactions:.3f} in interactions; bytes per evaluation: essential trees "
+                f"{self.bytes_essential / per:.3e}, migration {self.bytes_migration / per:.3e}")
+
+
+class Clock:
+    """Adds the wall time of its ``with`` blocks to ``seconds``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> Clock:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds += time.perf_counter() - self._t0
+
+
+@dataclass
+class Evaluation:
+    """One collective evaluation: this rank's results and everyone's work."""
+
+    acc: np.ndarray    # (n, 3) float64, this rank's particles
+    pot: np.ndarray    # (n,) float64
+    cost: np.ndarray   # (n,) int64: each particle's interactions (the next domains' weights)
+    interactions: int  # of all ranks
+    seconds_build: float  # this rank's tree build, export and graft
+    seconds_comm: float   # this rank's wall time in MPI calls
+
+
+class EssentialTreeForces:
+    """The treecode over the particles the ranks hold (see the module docstring).
+
+    Parameters as for :class:`gravpipe.tree.TreeGravity` (checked the same way); ``comm``
+    an mpi4py communicator. :meth:`evaluate` is collective.
+    """
+
+    def __init__(self, comm: Any, eps: float, G: float, *, theta: float = DEFAULT_THETA, threads: int | None = None,
+                 precision: str = "mixed", quad_tol: float = DEFAULT_QUAD_TOL, n_leaf: int = DEFAULT_N_LEAF,
+                 n_crit: int = DEFAULT_N_CRIT, isa: str = "auto"):
+        from gravpipe.tree import TreeGravity
+
+        # one validation of the parameters, as for the serial provider
+        TreeGravity(eps, G, theta=theta, quad_tol=quad_tol, n_leaf=n_leaf, n_crit=n_crit, threads=threads,
+                    precision=precision, isa=isa)
+        self.comm = comm
+        self.eps, self.G, self.theta, self.precision = float(eps), float(G), float(theta), precision
+        self.threads: int = int(threads or _core.max_threads())
+        self.isa: str = resolve_isa(isa)
+        self._tree_args = dict(eps=self.eps, G=self.G, theta=self.theta, quadrupole=True, quad_tol=float(quad_tol),
+                               n_leaf=int(n_leaf), n_crit=int(n_crit), alpha=0.0, threads=self.threads,
+                               precision=precision, isa=self.isa)
+        self.balance = BalanceCounters()
+        self.tree_stats = TreeStats()  # this rank's tree in the last evaluation
+
+    def evaluate(self, pos: np.ndarray, mass: np.ndarray, frame: tuple[np.ndarray, np.ndarray],
+                 migrated_bytes: int = 0) -> Evaluation:
+        """Self-gravity of every rank's particles; this rank's are pos (n, 3) and mass (n,)
+        (n may be 0). ``frame`` (lo (3,), hi (3,)): the bounding box of all ranks' particles
+        (``domain.global_frame``), the same on every rank. ``migrated_bytes``: what this
+        rank sent in the migration before it, for the counters. Collective."""
+        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
+        comm_clock, build_clock = Clock(), Clock()
+        n = len(mass)
+        with build_clock:
+            tree = _core.DomainTree(np.ascontiguousarray(pos, np.float64), np.ascontiguousarray(mass, np.float64),
+                                    **self._tree_args, frame_lo=frame[0], frame_hi=frame[1]) if n else None
+        box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
+        boxes = np.empty((ranks, 7))
+        with comm_clock:
+            comm.Allgather(box, boxes)
+        with build_clock:
+            pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
+        recv, essential = self._exchange(pieces, comm_clock)
+        acc, pot, cost = np.empty((n, 3)), np.empty(n), np.empty(n, np.int64)
+        self.tree_stats = TreeStats()
+        if tree is not None:
+            with build_clock:
+                tree.graft(*recv)
+            tree.forces(acc, pot, cost)
+            self.tree_stats = TreeStats(**tree.stats())
+        s = self.tree_stats
+        work = np.array([s.seconds_walk + s.seconds_evaluate, s.pp_interactions + s.pc_interactions,
+                         essential, migrated_bytes], np.float64)
+        everyone = np.empty((ranks, work.size))
+        with comm_clock:
+            comm.Allgather(work, everyone)
+        self._count(everyone, comm_clock.seconds)
+        return Evaluation(acc, pot, cost, int(everyone[:, 1].sum()), build_clock.seconds, comm_clock.seconds)
+
+    def _exchange(self, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
+                  ) -> tuple[tuple[np.ndarray, ...], int]:
+        """Alltoallv of the essential pieces (one per destination rank, None: nothing).
+        Returns the graft arguments (cells, links, particles, cells per sender, particles per
+        sender) and the bytes this rank sent."""
+        ranks = self.comm.Get_size()
+        sizes = np.zeros((ranks, 2), np.int64)  # cells, particles per destination
+        for r, p in enumerate(pieces):
+            if p is not None:
+                sizes[r] = len(p[0]), len(p[2])
+        f_parts = [np.concatenate((p[0].ravel(), p[2].ravel())) for p in pieces if p is not None]
+        i_parts = [p[1].ravel() for p in pieces if p is not None]
+        send_f = np.concatenate(f_parts) if f_parts else np.empty(0)
+        send_i = np.concatenate(i_parts) if i_parts else np.empty(0, np.int64)
+        got = np.empty((ranks, 2), np.int64)
+        with clock:
+            self.comm.Alltoall(sizes, got)
+            recv_f = alltoallv(self.comm, send_f.reshape(-1, 1), sizes[:, 0] * _N_CELL + sizes[:, 1] * _N_PARTICLE,
+                               got[:, 0] * _N_CELL + got[:, 1] * _N_PARTICLE).ravel()
+            recv_i = alltoallv(self.comm, send_i.reshape(-1, 1), sizes[:, 0] * _N_LINK, got[:, 0] * _N_LINK).ravel()
+        cells, links, particles = [], [], []
+        at_f = at_i = 0
+        for nc, npart in got:
+            cells.append(recv_f[at_f:at_f + nc * _N_CELL].reshape(-1, _N_CELL))
+            at_f += nc * _N_CELL
+            particles.append(recv_f[at_f:at_f + npart * _N_PARTICLE].reshape(-1, _N_PARTICLE))
+            at_f += npart * _N_PARTICLE
+            links.append(recv_i[at_i:at_i + nc * _N_LINK].reshape(-1, _N_LINK))
+            at_i += nc * _N_LINK
+        sent = int(send_f.nbytes + send_i.nbytes)
+        return (np.ascontiguousarray(np.concatenate(cells)), np.ascontiguousarray(np.concatenate(links)),
+                np.ascontiguousarray(np.concatenate(particles)), np.ascontiguousarray(got[:, 0]),
+                np.ascontiguousarray(got[:, 1])), sent
+
+    def _count(self, everyone: np.ndarray, seconds_comm: float) -> None:
+        """everyone: per rank (walk+evaluate seconds, interactions, essential bytes, migration bytes)."""
+        b = self.balance
+
+        def ratio(col: np.ndarray) -> float:
+            mean = col.mean()
+            return float(col.max() / mean) if mean > 0 else 1.0
+
+        b.evaluations += 1
+        b.interactions += int(everyone[:, 1].sum())
+        b.bytes_essential += int(everyone[:, 2].sum())
+        b.bytes_migration += int(everyone[:, 3].sum())
+        b.seconds_comm += seconds_comm
+        b.last_imbalance_seconds, b.last_imbalance_interactions = ratio(everyone[:, 0]), ratio(everyone[:, 1])
+        b.imbalance_seconds_sum += b.last_imbalance_seconds
+        b.imbalance_interactions_sum += b.last_imbalance_interactions
