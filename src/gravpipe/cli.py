@@ -929,10 +929,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     except _Terminated:
         raise  # every rank got the signal (mpiexec forwards it): each unwinds and exits itself
     except BaseException as exc:  # noqa: BLE001 - any failure on one rank must stop them all
-        # the other ranks would otherwise wait forever in the next collective
-        print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {exc}", file=sys.stderr, flush=True)
+        # the other ranks would otherwise wait forever in the next collective; an error every
+        # rank raised alike (a set not written, ranks that disagree) is said once, by rank 0
+        if not getattr(exc, "on_every_rank", False):
+            print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {_rank_error_text(exc)}",
+                  file=sys.stderr, flush=True)
+        elif parallel.is_root(comm):  # its text names the rank it came from
+            print(f"gravpipe run: error: {_rank_error_text(exc)}", file=sys.stderr, flush=True)
         comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError, StoreError)) else 1)
         raise
+
+
+def _rank_error_text(exc: BaseException) -> str:
+    """The cause of a rank's failure in a few words: out of memory, the OS's reason with
+    its path, or the message."""
+    if isinstance(exc, MemoryError):
+        return f"out of memory (MemoryError{': ' + str(exc) if str(exc) else ''})"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"cannot write: disk full ({_os_error_text(exc)})"
+    if isinstance(exc, OSError):
+        return _os_error_text(exc)
+    text = str(exc)
+    return text if text and isinstance(exc, (UserError, ValueError)) else f"{type(exc).__name__}: {text}"
 
 
 def _asks_out_of_core(args: argparse.Namespace) -> bool:

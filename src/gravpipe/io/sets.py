@@ -180,8 +180,10 @@ def _write_collectively(comm: Any, folder: Path, write_mine: Any) -> Path:
     failed = comm.bcast(failed, root=0)
     if failed:
         r, (kind, text) = failed[0]
-        raise (kind if issubclass(kind, (OSError, ValueError)) else OSError)(
+        error = (kind if issubclass(kind, (OSError, ValueError)) else OSError)(
             f"{folder}: the set was not written (rank {r}: {text})")
+        error.on_every_rank = True  # raised alike on every rank: said once (gravpipe run)
+        raise error
     return folder
 
 

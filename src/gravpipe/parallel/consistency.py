@@ -43,8 +43,10 @@ def check_same_on_all_ranks(comm: Any, facts: Mapping[str, str]) -> None:
             parts = [f"ranks {_ranks(r)} have {_short(v)}" for v, r in groups.items()]
             problems.append(f"{name} differs: " + "; ".join(parts))
     if problems:
-        raise ValueError("the MPI ranks of this run disagree, so they cannot run one simulation: " +
-                         " | ".join(problems))
+        error = ValueError("the MPI ranks of this run disagree, so they cannot run one simulation: " +
+                           " | ".join(problems))
+        error.on_every_rank = True  # raised alike on every rank: said once (gravpipe run)
+        raise error
 
 
 def _ranks(ranks: list[int]) -> str:
