@@ -96,7 +96,7 @@ def test_cli_run_under_mpiexec_prints_once(tmp_path):
     r = subprocess.run([MPIEXEC, "-n", "2", str(exe), "run", "-n", "256", "--t-end", "0.25", "--no-progress",
                         "--out", "run"], cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("energy error") == 1 and "j-parallel over 2 MPI ranks" in r.stdout
+    assert r.stdout.count("energy error") == 1 and "N/P j-particles on each of 2 MPI ranks" in r.stdout
     assert "comm" in r.stdout
     # snapshots and checkpoints of a run over 2 ranks: multi-file sets of 2 files
     assert sorted(f.name for f in (tmp_path / "run").iterdir()) == [

@@ -5,6 +5,9 @@ rank (Salmon & Warren, seed 004; GADGET-4's distributed state).
 - gravity="tree": the leapfrog over curve domains with locally essential trees
   (:class:`~gravpipe.parallel.domain_leapfrog.DomainLeapfrog`); particles migrate as the
   domains move, balanced by each particle's interactions.
+- gravity="direct": Hermite block steps (or the leapfrog) on N/P j-particles per rank,
+  active i-blocks gathered and partial forces returned to their owners
+  (:class:`~gravpipe.parallel.direct_share.ShareDirect`); particles stay on their rank.
 - Diagnostics rows: energies and Lagrangian radii by reductions over the ranks
   (:mod:`gravpipe.parallel.domain_diagnostics`), the same on every rank.
 - Files: each rank writes its own member of a GADGET-4 multi-file set from its own
@@ -38,6 +41,8 @@ from gravpipe.diagnostics import Energy
 from gravpipe.gravity import DIAGNOSTICS_THETA
 from gravpipe.parallel import consistency, domain_diagnostics
 from gravpipe.parallel.domain import global_frame
+from gravpipe.parallel.direct_share import ShareDirect
+from gravpipe.parallel.domain_leapfrog import STATE_FIELDS as DOMAIN_STATE
 from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
 from gravpipe.parallel.essential_forces import EssentialTreeForces
 from gravpipe.particles import Particles
@@ -52,11 +57,13 @@ class DomainRun(RunLoop):
 
     ``particles``: the whole model, the same on every rank (each rank keeps its slice
     [N r / P, N (r + 1) / P) and drops the rest; ``from_model`` and ``from_snapshot`` never
-    hold more than the share). Other parameters as for ``MemoryRun``; gravity "tree" with
-    the leapfrog, on the CPU. ``comm``: the communicator (None: COMM_WORLD under mpiexec).
+    hold more than the share). Other parameters as for ``MemoryRun``: gravity "tree" (the
+    leapfrog, on the CPU) or "direct" (Hermite or the leapfrog, any backend: one GPU per
+    rank, ranks sharing one when there is one). ``comm``: the communicator (None:
+    COMM_WORLD under mpiexec).
     """
 
-    def __init__(self, particles: Particles, gravity: str = "tree", integrator: str | None = None, *,
+    def __init__(self, particles: Particles, gravity: str = "direct", integrator: str | None = None, *,
                  comm: Any = None, **kwargs: Any):
         if not isinstance(particles, Particles):
             raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
@@ -99,14 +106,14 @@ class DomainRun(RunLoop):
         self._n = int(n_total)
         if self._n < 2:
             raise ValueError(f"a run over {comm.Get_size()} MPI ranks needs at least 2 particles, got {self._n}")
-        kind, gparams = gravity_registry.resolve(kw.get("gravity") or "tree", {"theta": kw.get("theta")})
+        kind, gparams = gravity_registry.resolve(kw.get("gravity") or "direct", {"theta": kw.get("theta")})
         spec, params = integrators.resolve(kw.get("integrator") or kind.default_integrator,
                                            {k: kw.get(k) for k in ("eta", "eta_s", "dt_max", "dt")})
-        if kind.name != "tree" or spec.name != "leapfrog":
-            raise ValueError(f"gravity={kind.name!r}, integrator={spec.name!r}: over MPI ranks with distributed "
-                             "state this gravpipe runs gravity='tree' with the leapfrog")
+        if spec.needs_jerk and not kind.delivers_jerk:
+            raise ValueError(f"gravity={kind.name!r} needs the leapfrog ({spec.name} needs jerks, which the "
+                             f"{kind.name} solver does not compute)")
         backend = kw.get("backend") or "auto"
-        if backend == "cuda":
+        if backend == "cuda" and kind.name == "tree":
             raise ValueError("backend='cuda': the tree over MPI ranks evaluates its lists on the CPU only; use "
                              "backend='cpu' or one process")
         resolve_backend(backend)  # an unknown backend name is still an error
@@ -125,17 +132,24 @@ class DomainRun(RunLoop):
         check_magnitude("pos", share["pos"], precision)
         check_magnitude("vel", share["vel"], precision)
         self._spec, self._kind, self._eps, self._G = spec, kind, eps, G
-        self._forces = EssentialTreeForces(comm, eps, G, theta=gparams["theta"], threads=threads,
-                                           precision=precision)
         self._run_dir: Path | None = None
         state = None
         if restart is None:
             self.history = []
         else:
             self.config, state, self.history = restart
-        self._engine = DomainLeapfrog(comm, share["pos"], share["vel"], share["mass"], share["id"],
-                                      forces=self._forces, dt=params["dt"], t0=t0 if restart is None
-                                      else self.config.t0, restart=state)
+        self._mass, self._ids = np.ascontiguousarray(share["mass"]), np.ascontiguousarray(share["id"], np.int64)
+        start = t0 if restart is None else self.config.t0
+        if kind.name == "tree":
+            self._forces: Any = EssentialTreeForces(comm, eps, G, theta=gparams["theta"], threads=threads,
+                                                    precision=precision)
+            self._engine: Any = DomainLeapfrog(comm, share["pos"], share["vel"], self._mass, self._ids,
+                                               forces=self._forces, dt=params["dt"], t0=start, restart=state)
+        else:
+            self._engine = ShareDirect(comm, share["pos"], share["vel"], self._mass, integrator=spec.name, eps=eps,
+                                       G=G, backend=backend, precision=precision, threads=threads, params=params,
+                                       t0=start, restart=state)
+            self._forces = self._engine
         if restart is None:
             self._precise_energy = kind.precise_rows if kw.get("precise_energy") is None \
                 else bool(kw["precise_energy"])
@@ -184,55 +198,81 @@ class DomainRun(RunLoop):
         return self._n
 
     @property
-    def provider(self) -> EssentialTreeForces:
-        """The force evaluation: the treecode with locally essential trees (counters, threads)."""
+    def provider(self) -> Any:
+        """The force evaluation: the treecode with locally essential trees, or direct
+        summation on the shares (counters, threads)."""
         return self._forces
 
     @property
     def backend(self) -> str:
-        return "cpu"
+        return "cpu" if isinstance(self._engine, DomainLeapfrog) else self._engine.pipeline.backend
 
     @property
     def backend_detail(self) -> str:
-        f = self._forces
-        return (f"isa={f.isa}, threads={f.threads}, distributed state: curve domains over "
-                f"{self.comm.Get_size()} MPI ranks")
+        ranks = self.comm.Get_size()
+        if isinstance(self._engine, DomainLeapfrog):
+            f = self._forces
+            return f"isa={f.isa}, threads={f.threads}, distributed state: curve domains over {ranks} MPI ranks"
+        return f"{self._engine.pipeline.backend_detail}; distributed state: N/P j-particles on each of {ranks} MPI ranks"
+
+    def _local(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This rank's (pos (n, 3), vel (n, 3), mass (n,), ids (n,)) at ``time``: the tree's
+        particles move between ranks (its leapfrog holds them), direct summation's stay."""
+        e = self._engine
+        if isinstance(e, DomainLeapfrog):
+            return e.positions(), e.velocities(), e.masses(), e.ids()
+        return e.positions(), e.velocities(), self._mass, self._ids
 
     @property
     def particles(self) -> Particles:
-        """A copy of the particles this rank holds at ``time`` (its domain, in its order);
+        """A copy of the particles this rank holds at ``time`` (its share, in its order);
         ValueError on a rank that holds none."""
-        e = self._engine
-        return Particles(e.positions().copy(), e.velocities().copy(), e.masses().copy(), e.ids().copy())
+        pos, vel, mass, ids = self._local()
+        return Particles(pos.copy(), vel.copy(), mass.copy(), ids.copy())
 
     @property
     def local_n(self) -> int:
         """The number of particles this rank holds."""
-        return len(self._engine.masses())
+        return len(self._local()[2])
 
     def energy(self, precise: bool | None = None) -> Energy:
         """Kinetic, potential and total energy of all ranks' particles now (collective): the
         potential of the last evaluation, or with ``precise`` a float64 tree at theta
         ``DIAGNOSTICS_THETA`` over the ranks (|dW/W| ~1e-6)."""
-        e = self._engine
         precise = self._precise_energy if precise is None else precise
-        pot = self._precise_potential() if precise else e.potentials()
-        return domain_diagnostics.energy(self.comm, e.velocities(), e.masses(), pot)
+        pos, vel, mass, _ = self._local()
+        pot = self._precise_potential() if precise else self._engine.potentials()
+        return domain_diagnostics.energy(self.comm, vel, mass, pot)
 
     def _precise_potential(self) -> np.ndarray:
-        f, e = self._forces, self._engine
-        fine = EssentialTreeForces(self.comm, f.eps, f.G, theta=DIAGNOSTICS_THETA, threads=f.threads,
-                                   precision="double")
-        pos = e.positions()
-        return fine.evaluate(pos, e.masses(), global_frame(self.comm, pos)).pot
+        """A float64 potential of this rank's particles over all ranks (collective): a tree at
+        DIAGNOSTICS_THETA for "tree", a direct sum on the shares for "direct" (O(N^2))."""
+        pos, vel, mass, _ = self._local()
+        if isinstance(self._engine, DomainLeapfrog):
+            f = self._forces
+            fine = EssentialTreeForces(self.comm, f.eps, f.G, theta=DIAGNOSTICS_THETA, threads=f.threads,
+                                       precision="double")
+            return fine.evaluate(pos, mass, global_frame(self.comm, pos)).pot
+        exact = ShareDirect(self.comm, pos, vel, mass, integrator="leapfrog", eps=self._eps, G=self._G,
+                            backend=self._engine.pipeline.backend, precision="double",
+                            threads=self._engine.pipeline.threads if self.backend == "cpu" else None,
+                            t0=self.time)
+        return exact.potentials()
 
     def _raw_timings(self) -> Timings:
-        c, s, e = self._engine.counters(), self._engine.stats, self._engine
-        total = c["seconds_total"] + e.seconds_decompose
-        host = max(total - s.seconds_j_write - s.seconds_compute - s.seconds_comm, 0.0)
-        return Timings(host=host, transfer=s.seconds_j_write, compute=s.seconds_compute, comm=s.seconds_comm,
-                       total=total, steps=c["steps"], particle_steps=c["steps"] * self._n,
-                       interactions=s.interactions)
+        e = self._engine
+        c, s = e.counters(), e.stats
+        if isinstance(e, DomainLeapfrog):
+            total = c["seconds_total"] + e.seconds_decompose
+            host = max(total - s.seconds_j_write - s.seconds_compute - s.seconds_comm, 0.0)
+            return Timings(host=host, transfer=s.seconds_j_write, compute=s.seconds_compute, comm=s.seconds_comm,
+                           total=total, steps=c["steps"], particle_steps=c["steps"] * self._n,
+                           interactions=s.interactions)
+        # every rank computes on every active particle of a block: its pipeline's i-count is
+        # the particle steps of all ranks, known without a collective
+        return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
+                       compute=s.seconds_compute, comm=s.seconds_comm, total=c["seconds_total"], steps=c["steps"],
+                       particle_steps=s.i_particles, interactions=s.interactions)
 
     @property
     def timings(self) -> Timings:
@@ -250,13 +290,17 @@ class DomainRun(RunLoop):
         self._engine.evolve_to(t)
 
     def _record(self) -> None:
-        e = self._engine
-        radii = domain_diagnostics.lagrangian_radii(self.comm, e.positions(), e.masses(), LAGRANGIAN_FRACTIONS)
+        pos, _, mass, _ = self._local()
+        radii = domain_diagnostics.lagrangian_radii(self.comm, pos, mass, LAGRANGIAN_FRACTIONS)
         self._append_row(self.energy(), radii)
 
     def summary_lines(self) -> list[str]:
         """The balance of the domains and what the ranks exchanged."""
-        return [str(self._forces.balance)]
+        if isinstance(self._engine, DomainLeapfrog):
+            return [str(self._forces.balance), self._engine.stage_summary()]
+        t = self._engine.traffic()
+        return [f"this rank's exchange: {t['requests']:,} force evaluations, {self._engine.bytes_per_step:.3e} bytes "
+                f"sent + received per evaluation, largest i-block {t['largest_block']:,}"]
 
     def close(self) -> None:
         """Nothing to release: each rank's particles are arrays of its process."""
@@ -270,22 +314,21 @@ class DomainRun(RunLoop):
     def write_snapshot(self, path: str | Path) -> Path:
         """A multi-file set in the folder ``path``, member k holding rank k's particles
         (collective, atomic for the set)."""
-        e = self._engine
-        return gio.write_share(self.comm, path, e.positions(), e.velocities(), e.masses(), e.ids(), self.time,
-                               parameters=self._parameters())
+        return gio.write_share(self.comm, path, *self._local(), self.time, parameters=self._parameters())
 
     def write_checkpoint(self, path: str | Path) -> Path:
-        """A snapshot set plus each rank's integrator rows (acc, pot, domain_cost) in its own
-        member and the run's clock and diagnostics history in member 0."""
-        e = self._engine
-        state = e.checkpoint()
-        n = len(e.masses())
-        rows = {"acc": state.pop("acc").reshape(n, 3), "pot": state.pop("pot"), "domain_cost": state.pop("domain_cost")}
+        """A snapshot set plus each rank's integrator rows (the per-particle state of
+        :func:`per_particle_widths`) in its own member and the run's clock and diagnostics
+        history in member 0."""
+        state = dict(self._engine.checkpoint())
+        n = self.local_n
+        rows = {k: np.asarray(state.pop(k)).reshape(n, w) if w > 1 else np.asarray(state.pop(k))
+                for k, w in per_particle_widths(self.config.gravity, self.config.integrator).items()}
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])
-        return gio.write_share(self.comm, path, e.positions(), e.velocities(), e.masses(), e.ids(), self.time,
-                               parameters=self._parameters(), integrator_state=state, per_particle_state=rows)
+        return gio.write_share(self.comm, path, *self._local(), self.time, parameters=self._parameters(),
+                               integrator_state=state, per_particle_state=rows)
 
     @classmethod
     def resume(cls, checkpoint: Path, out: str | Path, threads: int | None = None, comm: Any = None) -> DomainRun:
@@ -296,7 +339,7 @@ class DomainRun(RunLoop):
         if got.state is None or "run_config" not in got.parameters:
             raise ValueError(f"{checkpoint}: not a gravpipe checkpoint (no integrator state)")
         config = RunConfig(**json.loads(got.parameters["run_config"]))
-        state = _share_state(got, checkpoint, comm)
+        state = _share_state(got, config, checkpoint, comm)
         history = _history(got.state)
         share = {"pos": got.pos, "vel": got.vel, "mass": got.mass, "id": got.ids}
         kw = dict(gravity=config.gravity, integrator=config.integrator, eps=config.eps, G=config.G,
@@ -330,31 +373,37 @@ def _file_fact(path: str | Path) -> str:
     return f"{p} ({h.hexdigest()})"
 
 
-def _share_state(got: gio.Share, checkpoint: Path, comm: Any) -> dict[str, np.ndarray]:
-    """The leapfrog rows of this rank's share of a checkpoint: acc, pot, domain_cost (ones
-    when absent) and the clock. A one-process checkpoint holds its arrays whole (not split
-    per particle): they are sliced here like the particles."""
-    state, n = got.state, len(got.mass)
-    if "steps" not in state:
-        raise ValueError(f"{checkpoint}: /Integrator/steps: missing (a leapfrog checkpoint holds it)")
+def per_particle_widths(gravity: str, integrator: str) -> dict[str, int]:
+    """{name: entries per particle} of the integrator state a checkpoint splits over the
+    members: the core integrator's (``integrators.INTEGRATORS[...].state``), and for the
+    tree the domains' cost too."""
+    if gravity == "tree":
+        return dict(DOMAIN_STATE)
+    return {k: per for k, (_, per, _) in integrators.INTEGRATORS[integrator].state.items() if per}
+
+
+def _share_state(got: gio.Share, config: RunConfig, checkpoint: Path, comm: Any) -> dict[str, np.ndarray]:
+    """This rank's share of a checkpoint's integrator state: its rows of every per-particle
+    array (flat, as the integrators take them) and the run's one-entry arrays. A checkpoint
+    of one process holds its arrays whole (not split per particle): they are sliced here
+    like the particles; a tree run's missing domain costs are ones."""
+    state, n = dict(got.state), len(got.mass)
     b, e = gio.file_share(got.n_total, comm.Get_rank(), comm.Get_size())
-    out = {"steps": np.asarray(state["steps"]).reshape(1), "grid_origin":
-           np.asarray(state.get("grid_origin", [np.nan])).reshape(1)}
-    for key, width in (("acc", 3), ("pot", 1), ("domain_cost", 1)):
+    for key, width in per_particle_widths(config.gravity, config.integrator).items():
         value = state.get(key)
-        if value is None:
-            if key != "domain_cost":
-                raise ValueError(f"{checkpoint}: /Integrator/{key}: missing (a leapfrog checkpoint holds it)")
+        if value is None and key == "domain_cost":
             value = np.ones(n, np.int64)
-        value = np.asarray(value)
-        if len(value) == got.n_total * width and len(value) != n * width:  # a whole array of one process
+        if value is None:
+            raise ValueError(f"{checkpoint}: /Integrator/{key}: missing (a {config.integrator} checkpoint holds it)")
+        value = np.asarray(value).reshape(-1)
+        if len(value) == got.n_total * width and len(value) != n * width:  # whole, from one process
             value = value[b * width:e * width]
         if value.size != n * width:
             raise ValueError(f"{checkpoint}: /Integrator/{key}: {value.size} entries for this rank's {n} particles")
-        out[key] = value.reshape(n, width) if width > 1 else value.reshape(n)
-    if not np.isfinite(out["grid_origin"]).all():
-        out["grid_origin"] = np.array([float(json.loads(got.parameters["run_config"])["t0"])])
-    return out
+        state[key] = value
+    if config.gravity == "tree" and "grid_origin" not in state:  # older checkpoints: the run's start
+        state["grid_origin"] = np.array([config.t0])
+    return {k: v for k, v in state.items() if not k.startswith("history_")}
 
 
 def _history(state: dict[str, Any]) -> list[dict]:

@@ -1,10 +1,10 @@
 """Where a run's particles live, in one table (the twin of :mod:`gravpipe.gravity` and
 :mod:`gravpipe.integrators`).
 
-- "memory": arrays of this process (any gravity, integrator and backend; over MPI ranks
-  direct summation j-parallel, every rank holding all particles);
-- "domains": over MPI ranks, each rank holding only the particles of its curve domain
-  (distributed state: gravity="tree", the leapfrog; :class:`~gravpipe.domain_run.DomainRun`);
+- "memory": arrays of this process (any gravity, integrator and backend);
+- "domains": over MPI ranks, each rank holding only its share (distributed state,
+  :class:`~gravpipe.domain_run.DomainRun`): the treecode's curve domains, or direct
+  summation's N/P j-particles;
 - "pages": the pages of a scratch file under a memory budget (``memory_budget``, ``scratch``,
   ``page_bytes``): the treecode's leapfrog on the CPU in one process, bit for bit the
   in-memory run.
@@ -106,7 +106,7 @@ RESIDENCES: dict[str, Residence] = {
         "memory", "the particles as arrays of this process (or of each MPI rank)", options=(), limits={},
         holds=lambda config: not config.get("out_of_core")),
     "domains": Residence(
-        "domains", "over MPI ranks, each rank holding the particles of its curve domain (distributed state)",
+        "domains", "over MPI ranks, each rank holding only its share of the particles (distributed state)",
         options=(), limits={}, holds=lambda config: bool(config.get("distributed"))),
     "pages": Residence(
         "pages", "the particles in the pages of a scratch file, everything that grows with N within a memory budget",
@@ -119,12 +119,11 @@ RESIDENCES: dict[str, Residence] = {
 
 def resolve(options: dict[str, Any], run_kwargs: dict[str, Any] | None = None) -> Residence:
     """The residence the options choose: "pages" when any of :data:`OPTIONS` is given
-    (memory_budget and scratch then both needed); "domains" for a treecode run over
-    several MPI ranks (``run_kwargs``' comm, or mpiexec's); else "memory"."""
+    (memory_budget and scratch then both needed); "domains" for a run over several MPI
+    ranks (``run_kwargs``' comm, or mpiexec's); else "memory"."""
     if any(options.get(k) is not None for k in OPTIONS):
         return RESIDENCES["pages"]
-    kw = run_kwargs or {}
-    if kw.get("gravity") == "tree" and _several_ranks(kw.get("comm")):
+    if _several_ranks((run_kwargs or {}).get("comm")):
         return RESIDENCES["domains"]
     return RESIDENCES["memory"]
 
@@ -137,9 +136,9 @@ def _several_ranks(comm: Any) -> bool:
 
 def of_checkpoint(path: Path, comm: Any = None) -> Residence:
     """Where a resume of checkpoint ``path`` runs: in pages when an out-of-core run wrote it
-    (its /Parameters: run_config); a treecode run on several ranks (``comm``, or mpiexec's)
-    over domains, whatever wrote it; else in memory (a set written over domains, resumed in
-    one process, is read whole)."""
+    (its /Parameters: run_config); on several ranks (``comm``, or mpiexec's) over domains,
+    whatever wrote it; else in memory (a set written over domains, resumed in one process,
+    is read whole)."""
     raw = None
     first = path
     if path.is_dir():
@@ -151,6 +150,6 @@ def of_checkpoint(path: Path, comm: Any = None) -> Residence:
     config = json.loads(raw) if raw else {}
     if RESIDENCES["pages"].holds(config):
         return RESIDENCES["pages"]
-    if config.get("gravity") == "tree" and _several_ranks(comm):
+    if _several_ranks(comm):
         return RESIDENCES["domains"]
     return RESIDENCES["memory"]

@@ -19,9 +19,11 @@ def run(out: str, run_dir: str) -> None:
     sim = gp.Simulation(gp.ic.plummer(600, seed=3), integrator="leapfrog", dt=1 / 64, eps=1 / 32, threads=1,
                         backend="cpu")
     sim.evolve(0.25, snapshot_every=0.25, checkpoint_every=0.25, out=run_dir, progress=False)
+    p = sim.particles  # this rank's share, which it writes as its member
+    shares = COMM.gather(p, root=0)
     if COMM.rank == 0:
-        p = sim.particles
-        np.savez(out, pos=p.pos, vel=p.vel, mass=p.mass, id=p.id, time=sim.time)
+        np.savez(out, **{a: np.concatenate([getattr(q, a) for q in shares]) for a in ("pos", "vel", "mass", "id")},
+                 time=sim.time)
 
 
 def mismatch(out: str, what: str) -> None:

@@ -103,7 +103,7 @@ class ShareDirect:
         step = ([run_params["eta"], run_params["eta_s"], run_params["dt_max"]] if spec.name == "hermite"
                 else [run_params["dt"]])
         self._core = build(self._forces, pos, vel, mass, float(t0), *step, f64, i64)
-        self._mass = mass
+        self.mass = mass  # (n,) this rank's masses, as given
 
     # ---- the run ----------------------------------------------------------------------
     def evolve_to(self, t: float) -> None:
@@ -138,15 +138,6 @@ class ShareDirect:
         last force evaluation, at ``time`` (Hermite: with its corrector's first-order
         move), so that 0.5 sum m pot over all ranks is the potential energy."""
         return self._core.potentials()
-
-    def energy(self) -> tuple[float, float]:
-        """(kinetic, potential) of all ranks' particles at ``time`` from the run's own
-        potentials, summed in rank order (the same on every rank). Collective."""
-        v = self.velocities()
-        mine = (0.5 * float(np.sum(self._mass * np.sum(v * v, axis=1))),
-                0.5 * float(np.sum(self._mass * self.potentials())))
-        parts = self.comm.allgather(mine)
-        return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
     def checkpoint(self) -> dict[str, np.ndarray]:
         """This rank's integrator state at ``time`` (a grid time for Hermite): per-particle

@@ -62,6 +62,10 @@ class DomainLeapfrog:
         self._ids = np.ascontiguousarray(ids, np.int64)
         self.comm_clock = Clock()        # decomposition and migration (the evaluations count their own)
         self.seconds_decompose = 0.0
+        #: this rank's seconds by stage since the start (``Evaluation.stages`` and "decompose":
+        #: curve keys, the cut, the migration) and the evaluations counted
+        self.stages: dict[str, float] = {}
+        self.evaluations = 0
         self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
         self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
         self._last_migrated = 0
@@ -156,6 +160,7 @@ class DomainLeapfrog:
         self._pot = np.ascontiguousarray(f64[:, 10])
         self._ids, self._cost = np.ascontiguousarray(i64[:, 0]), np.ascontiguousarray(i64[:, 1])
         self.seconds_decompose += _now() - t0
+        self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
 
     # ---- forces ------------------------------------------------------------------------------
     def _evaluate_now(self):
@@ -179,6 +184,9 @@ class DomainLeapfrog:
         pot[:] = ev.pot
         self._cost = ev.cost
         self._last = ev
+        self.evaluations += 1
+        for name, seconds in ev.stages.items():
+            self.stages[name] = self.stages.get(name, 0.0) + seconds
         s = self._stats
         s["interactions"] += ev.interactions
         s["seconds_j_write"] += ev.seconds_build
@@ -203,6 +211,16 @@ class DomainLeapfrog:
     def potentials(self) -> np.ndarray:
         """The potential (n,) of this rank's particles from the last evaluation (at ``time``)."""
         return self._pot
+
+    def stage_summary(self) -> str:
+        """This rank's mean seconds per evaluation by stage, in one line."""
+        per = max(self.evaluations, 1)
+        st = {k: v / per for k, v in self.stages.items()}
+        let = st.get("export", 0.0) + st.get("exchange", 0.0) + st.get("graft", 0.0)
+        return (f"stages per step on this rank: decompose+migrate {st.get('decompose', 0.0):.3g} s, tree build "
+                f"{st.get('build', 0.0):.3g} s, essential trees {let:.3g} s (export {st.get('export', 0.0):.3g}, "
+                f"exchange {st.get('exchange', 0.0):.3g}, graft {st.get('graft', 0.0):.3g}), walk+forces "
+                f"{st.get('walk_forces', 0.0):.3g} s")
 
     def checkpoint(self) -> dict[str, np.ndarray]:
         """What continues this rank's share bit for bit (see :data:`STATE_FIELDS`)."""

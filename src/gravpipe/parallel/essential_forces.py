@@ -96,6 +96,10 @@ class Evaluation:
     interactions: int  # of all ranks
     seconds_build: float  # this rank's tree build, export and graft
     seconds_comm: float   # this rank's wall time in MPI calls
+    #: this rank's seconds by stage: "build" (sort, cells, moments of its own tree), "export"
+    #: (the pieces for the other ranks), "exchange" (boxes and pieces over MPI), "graft",
+    #: "walk_forces", "counters" (the work of every rank, gathered)
+    stages: dict[str, float]
 
 
 class EssentialTreeForces:
@@ -130,33 +134,37 @@ class EssentialTreeForces:
         (``domain.global_frame``), the same on every rank. ``migrated_bytes``: what this
         rank sent in the migration before it, for the counters. Collective."""
         comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
-        comm_clock, build_clock = Clock(), Clock()
+        clocks = {name: Clock() for name in ("build", "export", "exchange", "graft", "walk_forces", "counters")}
         n = len(mass)
-        with build_clock:
+        with clocks["build"]:
             tree = _core.DomainTree(np.ascontiguousarray(pos, np.float64), np.ascontiguousarray(mass, np.float64),
                                     **self._tree_args, frame_lo=frame[0], frame_hi=frame[1]) if n else None
         box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
         boxes = np.empty((ranks, 7))
-        with comm_clock:
+        with clocks["exchange"]:
             comm.Allgather(box, boxes)
-        with build_clock:
+        with clocks["export"]:
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
-        recv, essential = self._exchange(pieces, comm_clock)
+        recv, essential = self._exchange(pieces, clocks["exchange"])
         acc, pot, cost = np.empty((n, 3)), np.empty(n), np.empty(n, np.int64)
         self.tree_stats = TreeStats()
         if tree is not None:
-            with build_clock:
+            with clocks["graft"]:
                 tree.graft(*recv)
-            tree.forces(acc, pot, cost)
+            with clocks["walk_forces"]:
+                tree.forces(acc, pot, cost)
             self.tree_stats = TreeStats(**tree.stats())
         s = self.tree_stats
         work = np.array([s.seconds_walk + s.seconds_evaluate, s.pp_interactions + s.pc_interactions,
                          essential, migrated_bytes], np.float64)
         everyone = np.empty((ranks, work.size))
-        with comm_clock:
+        with clocks["counters"]:
             comm.Allgather(work, everyone)
-        self._count(everyone, comm_clock.seconds)
-        return Evaluation(acc, pot, cost, int(everyone[:, 1].sum()), build_clock.seconds, comm_clock.seconds)
+        stages = {name: c.seconds for name, c in clocks.items()}
+        seconds_comm = stages["exchange"] + stages["counters"]
+        self._count(everyone, seconds_comm)
+        return Evaluation(acc, pot, cost, int(everyone[:, 1].sum()),
+                          stages["build"] + stages["export"] + stages["graft"], seconds_comm, stages)
 
     def _exchange(self, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
                   ) -> tuple[tuple[np.ndarray, ...], int]:
