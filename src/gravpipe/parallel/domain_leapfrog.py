@@ -7,7 +7,7 @@ A step on every rank:
    the Hilbert curve balanced by each particle's interactions in the last evaluation
    (:mod:`gravpipe.parallel.domain`), and the particles that left a domain migrate to
    their new owner with all they carry (position, velocity, mass, id, acceleration,
-   potential, cost: one Alltoallv per dtype);
+   potential, cost: one Alltoallv per dtype); those that stay keep their place;
 2. **step**: the core's ``LeapfrogIntegrator`` takes one kick-drift-kick step of the
    rank's particles; its force evaluation (after the drift) is collective: locally
    essential trees over the ranks' domains
@@ -20,8 +20,8 @@ domains of a step are cut at its start positions and its forces evaluated after 
 the domain boxes are those of the drifted positions, so the pieces stay exact.
 
 Nothing of size N exists on any rank. Results are deterministic for a given number of
-ranks (migration keeps each sender's order, senders in rank order) and within the serial
-tree's error bounds for any number.
+ranks (the stayers keep their order, arrivals follow in sender order) and within the
+serial tree's error bounds for any number.
 """
 
 from __future__ import annotations
@@ -125,6 +125,9 @@ class DomainLeapfrog:
         state = {"acc": self._acc.reshape(-1), "pot": self._pot, "grid_origin": np.array([self._origin])}
         core = _core.Leapfrog(self._provider, self._pos, self._vel, self._mass, self._origin, self.dt,
                               state, {"steps": np.array([self._steps], np.int64)})
+        # the core holds its own copy for the step: one copy of the state at a time
+        del state
+        self._pos = self._vel = self._acc = self._pot = None
         core.evolve_to(target)
         self._pos, self._vel = core.positions().reshape(n, 3), core.velocities().reshape(n, 3)
         done = core.checkpoint()
@@ -144,7 +147,9 @@ class DomainLeapfrog:
 
     # ---- decomposition ---------------------------------------------------------------------
     def _decompose(self) -> None:
-        """Cut the domains at the current positions by cost and move the particles there."""
+        """Cut the domains at the current positions by cost and move the particles there:
+        only those that leave travel; the ones that stay keep their order, and the arrivals
+        follow them, senders in rank order."""
         comm = self.comm
         t0 = _now()
         with self.comm_clock:
@@ -152,13 +157,23 @@ class DomainLeapfrog:
         keys = curve_keys(self._pos, lo, hi, self.forces.threads)
         with self.comm_clock:
             splitters = balanced_splitters(comm, keys, np.maximum(self._cost, 1))
-            f64 = np.column_stack((self._pos, self._vel, self._mass, self._acc, self._pot))
-            i64 = np.column_stack((self._ids, self._cost))
-            f64, i64, self._last_migrated = migrate(comm, owners(keys, splitters), f64, i64)
-        self._pos, self._vel = np.ascontiguousarray(f64[:, 0:3]), np.ascontiguousarray(f64[:, 3:6])
-        self._mass, self._acc = np.ascontiguousarray(f64[:, 6]), np.ascontiguousarray(f64[:, 7:10])
-        self._pot = np.ascontiguousarray(f64[:, 10])
-        self._ids, self._cost = np.ascontiguousarray(i64[:, 0]), np.ascontiguousarray(i64[:, 1])
+        owner = owners(keys, splitters)
+        del keys
+        leave = np.flatnonzero(owner != comm.Get_rank())
+        fields = (self._pos, self._vel, self._mass, self._acc, self._pot)
+        with self.comm_clock:
+            f64 = np.column_stack([a[leave] for a in fields])
+            i64 = np.column_stack((self._ids[leave], self._cost[leave]))
+            f64, i64, self._last_migrated = migrate(comm, owner[leave], f64, i64)
+        if len(leave) or len(f64):
+            stay = np.ones(len(owner), bool)
+            stay[leave] = False
+            cols = np.cumsum([0, 3, 3, 1, 3, 1])
+            self._pos, self._vel, self._mass, self._acc, self._pot = (
+                np.concatenate((a[stay], f64[:, cols[k]:cols[k + 1]].reshape((-1,) + a.shape[1:])))
+                for k, a in enumerate(fields))
+            self._ids = np.concatenate((self._ids[stay], i64[:, 0]))
+            self._cost = np.concatenate((self._cost[stay], i64[:, 1]))
         self.seconds_decompose += _now() - t0
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
 

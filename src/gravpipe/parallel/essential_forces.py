@@ -29,7 +29,6 @@ import numpy as np
 
 from gravpipe import _core
 from gravpipe.backends import resolve_isa
-from gravpipe.parallel.domain import alltoallv
 from gravpipe.tree import DEFAULT_N_CRIT, DEFAULT_N_LEAF, DEFAULT_QUAD_TOL, DEFAULT_THETA, TreeStats
 
 _N_CELL = 19      # float64 per exported cell (kPieceCellDoubles)
@@ -168,37 +167,46 @@ class EssentialTreeForces:
 
     def _exchange(self, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
                   ) -> tuple[tuple[np.ndarray, ...], int]:
-        """Alltoallv of the essential pieces (one per destination rank, None: nothing).
-        Returns the graft arguments (cells, links, particles, cells per sender, particles per
-        sender) and the bytes this rank sent."""
-        ranks = self.comm.Get_size()
+        """The essential pieces (one per destination rank, None: nothing) to their ranks, and
+        theirs to this one. Returns the graft arguments (cells, links, particles, cells per
+        sender, particles per sender) and the bytes this rank sent; the list is emptied.
+
+        Each piece goes out from its own arrays and each arrives straight into its place in
+        three receive arrays in sender order (the layout graft takes), by nonblocking
+        point-to-point messages: no send buffer joins the pieces, no arrival is copied."""
+        from mpi4py import MPI
+
+        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
         sizes = np.zeros((ranks, 2), np.int64)  # cells, particles per destination
         for r, p in enumerate(pieces):
             if p is not None:
                 sizes[r] = len(p[0]), len(p[2])
-        f_parts = [np.concatenate((p[0].ravel(), p[2].ravel())) for p in pieces if p is not None]
-        i_parts = [p[1].ravel() for p in pieces if p is not None]
-        send_f = np.concatenate(f_parts) if f_parts else np.empty(0)
-        send_i = np.concatenate(i_parts) if i_parts else np.empty(0, np.int64)
         got = np.empty((ranks, 2), np.int64)
         with clock:
-            self.comm.Alltoall(sizes, got)
-            recv_f = alltoallv(self.comm, send_f.reshape(-1, 1), sizes[:, 0] * _N_CELL + sizes[:, 1] * _N_PARTICLE,
-                               got[:, 0] * _N_CELL + got[:, 1] * _N_PARTICLE).ravel()
-            recv_i = alltoallv(self.comm, send_i.reshape(-1, 1), sizes[:, 0] * _N_LINK, got[:, 0] * _N_LINK).ravel()
-        cells, links, particles = [], [], []
-        at_f = at_i = 0
-        for nc, npart in got:
-            cells.append(recv_f[at_f:at_f + nc * _N_CELL].reshape(-1, _N_CELL))
-            at_f += nc * _N_CELL
-            particles.append(recv_f[at_f:at_f + npart * _N_PARTICLE].reshape(-1, _N_PARTICLE))
-            at_f += npart * _N_PARTICLE
-            links.append(recv_i[at_i:at_i + nc * _N_LINK].reshape(-1, _N_LINK))
-            at_i += nc * _N_LINK
-        sent = int(send_f.nbytes + send_i.nbytes)
-        return (np.ascontiguousarray(np.concatenate(cells)), np.ascontiguousarray(np.concatenate(links)),
-                np.ascontiguousarray(np.concatenate(particles)), np.ascontiguousarray(got[:, 0]),
-                np.ascontiguousarray(got[:, 1])), sent
+            comm.Alltoall(sizes, got)
+        cells = np.empty((int(got[:, 0].sum()), _N_CELL))
+        links = np.empty((int(got[:, 0].sum()), _N_LINK), np.int64)
+        particles = np.empty((int(got[:, 1].sum()), _N_PARTICLE))
+        c_at = np.concatenate(([0], np.cumsum(got[:, 0])))
+        p_at = np.concatenate(([0], np.cumsum(got[:, 1])))
+        requests, sent = [], 0
+        with clock:
+            for r in range(ranks):
+                if r == me:
+                    continue
+                for k, (into, at) in enumerate(((cells, c_at), (links, c_at), (particles, p_at))):
+                    if at[r + 1] > at[r]:
+                        requests.append(comm.Irecv(into[at[r]:at[r + 1]], source=r, tag=k))
+            for r, p in enumerate(pieces):
+                if p is None:
+                    continue
+                for k, part in enumerate(p):
+                    if len(part):
+                        requests.append(comm.Isend(np.ascontiguousarray(part), dest=r, tag=k))
+                        sent += part.nbytes
+            MPI.Request.Waitall(requests)
+        pieces.clear()
+        return (cells, links, particles, np.ascontiguousarray(got[:, 0]), np.ascontiguousarray(got[:, 1])), sent
 
     def _count(self, everyone: np.ndarray, seconds_comm: float) -> None:
         """everyone: per rank (walk+evaluate seconds, interactions, essential bytes, migration bytes)."""
