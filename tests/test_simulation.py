@@ -165,7 +165,7 @@ def test_ranks_split_the_cores_only_where_the_solver_runs_on_them(monkeypatch):
     runs on CPU threads. On a GPU machine "auto" puts direct summation on CUDA, which takes
     no threads: `mpiexec -n 2 gravpipe run` failed there ("threads: a CPU option") until the
     backend was resolved first. The tree walks on CPU threads whatever runs its lists."""
-    from gravpipe import memory_run as simulation
+    from gravpipe import domain_run as simulation
     from gravpipe.backends import BackendInfo
 
     gpu_machine = {"auto": BackendInfo("cuda", True, "test"), "cuda": BackendInfo("cuda", True, "test"),

@@ -2,6 +2,7 @@
 rank and scaling of whole treecode leapfrog steps.
 
     python benchmarks/mpi/domain_run.py memory -n 4000000 --ranks 1 2 4 --repeat 3 --dir DIR
+    python benchmarks/mpi/domain_run.py memory --gravity direct -n 262144 --ranks 1 2 --dir DIR
     python benchmarks/mpi/domain_run.py scaling -n 1000000 --repeat 3 --dir DIR
 
 memory: a Plummer model of N in DIR (written block by block once), then for each P a run
@@ -9,7 +10,9 @@ from that file over 2 leapfrog steps (P = 1: the serial in-memory run, ``gravpip
 in one process; P > 1: ``mpiexec -n P``, each rank reading its share), 1 thread a rank.
 Each rank reports its resident set after ``import gravpipe`` (and MPI's start: the
 interpreter's own share) and its peak (VmHWM); the figure is the largest rank's peak above
-its own share, against the serial run's (median of the repeats).
+its own share, against the serial run's (median of the repeats). ``--gravity direct``: the
+same for Hermite block steps to t = 1/256 (N/P j-particles a rank), with each rank's share
+of the block steps' time spent in MPI.
 
 scaling: seconds per leapfrog step (3 steps after the start-up evaluation) of a Plummer
 model; strong: N on P = 1 x 2 threads (serial run) against P = 2 x 1 thread; weak: N/2 on
@@ -54,15 +57,16 @@ def probe(args: argparse.Namespace) -> None:
 
     own = vm("VmRSS")
     t0 = time.perf_counter()
+    kw = {"gravity": "tree", "dt": 1 / 128} if args.gravity == "tree" else {"gravity": "direct"}
     if args.file:
-        sim = gp.Simulation.from_snapshot(args.file, gravity="tree", threads=args.threads, dt=1 / 128)
+        sim = gp.Simulation.from_snapshot(args.file, threads=args.threads, **kw)
     else:
-        sim = gp.Simulation.from_model("plummer", args.n, seed=1, gravity="tree", threads=args.threads, dt=1 / 128)
+        sim = gp.Simulation.from_model("plummer", args.n, seed=1, threads=args.threads, **kw)
     start = time.perf_counter() - t0
     if comm is not None:
         comm.Barrier()
     t1 = time.perf_counter()
-    sim.evolve(args.steps / 128, progress=False)
+    sim.evolve(args.steps / 128 if args.gravity == "tree" else 1 / 256, progress=False)
     wall = time.perf_counter() - t1
     if comm is not None:
         from mpi4py import MPI
@@ -72,9 +76,11 @@ def probe(args: argparse.Namespace) -> None:
            "n_rank": sim.particles.n, "threads": args.threads, "own_mib": own, "peak_mib": vm("VmHWM"),
            "startup_s": start, "seconds_per_step": wall / args.steps, "steps": args.steps,
            "cpu": machine.describe()["cpu"]}
+    t = sim.timings
+    row["comm_share"] = t.comm / t.total if t.total > 0 else 0.0
+    row["block_steps"] = t.steps
     if sim.residence == "domains":
-        row["stages"] = sim._run._engine.stage_summary()
-        row["balance"] = str(sim._run._forces.balance)
+        row["summary"] = sim.summary_lines()
     rows = [row] if comm is None else comm.gather(row)
     if rows is not None:
         for r in rows:
@@ -102,7 +108,7 @@ def memory(args: argparse.Namespace) -> None:
     table: dict[int, list[float]] = {}
     for _ in range(args.repeat):
         for p in args.ranks:
-            rows = launch(p, "--file", str(ic), "--threads", "1", "--steps", "2")
+            rows = launch(p, "--file", str(ic), "--threads", "1", "--steps", "2", "--gravity", args.gravity)
             for r in rows:
                 print(json.dumps(r | {"case": "memory"}), flush=True)
             table.setdefault(p, []).append(max(r["peak_mib"] - r["own_mib"] for r in rows))
@@ -138,12 +144,14 @@ def main() -> None:
     p.add_argument("-n", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--gravity", choices=["tree", "direct"], default="tree")
     for name in ("memory", "scaling"):
         q = sub.add_parser(name)
         q.add_argument("-n", type=int, default=4_000_000 if name == "memory" else 1_000_000)
         q.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
         q.add_argument("--repeat", type=int, default=3)
         q.add_argument("--dir", default=".")
+        q.add_argument("--gravity", choices=["tree", "direct"], default="tree")
     args = ap.parse_args()
     {"probe": probe, "memory": memory, "scaling": scaling}[args.what](args)
 

@@ -123,8 +123,11 @@ class DomainRun(RunLoop):
         if not math.isfinite(t0):
             raise ValueError(f"t0: must be finite, got {t0!r}")
         threads = kw.get("threads")
-        threads = parallel.threads_per_rank(comm) if threads is None else int(threads)
-        _core.set_max_threads(threads)  # ranks sharing a machine split its cores
+        if _runs_on_cpu_threads(kind.name, backend):
+            threads = parallel.threads_per_rank(comm) if threads is None else int(threads)
+            # the integrator's own loops (predict, correct, schedule, kick) too: ranks sharing a
+            # machine would otherwise each start a thread per core and spin against each other
+            _core.set_max_threads(threads)
         self._check_ranks_agree(origin, {
             "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
             "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0, "N": self._n,
@@ -352,6 +355,14 @@ class DomainRun(RunLoop):
                    restart=(config, state, history))
         run._run_dir = Path(out).resolve()
         return run
+
+
+def _runs_on_cpu_threads(gravity: str, backend: str) -> bool:
+    """Whether the force solver runs on this process's CPU threads, so that ranks sharing a
+    machine must split its cores: the tree always; direct summation where ``backend``
+    resolves to the CPU ("auto" picks CUDA on a GPU machine, and the CUDA pipeline takes no
+    threads)."""
+    return gravity == "tree" or resolve_backend(backend).name == "cpu"
 
 
 def _ranks(comm: Any) -> Any:

@@ -20,9 +20,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gravpipe import _core
-from gravpipe.backends import resolve_backend
-from gravpipe.parallel.j_parallel import JParallelGravity
-from gravpipe.parallel.tree_parallel import DomainTreeGravity
 from gravpipe.pipeline import Pipeline, PipelineStats
 from gravpipe.tree import Tree, TreeGravity
 
@@ -48,8 +45,8 @@ class ForceSource(Protocol):
 class GravityKind:
     """One gravity solver.
 
-    build(eps, G, backend, precision, threads, comm, **params) -> ForceSource; ``comm``: an
-    mpi4py communicator of several ranks, or None (serial).
+    build(eps, G, backend, precision, threads, **params) -> ForceSource of one process (runs
+    over MPI ranks build their own: ``gravpipe.domain_run``).
     diagnostic_potential(source, pos (N,3), mass (N,), eps, G) -> float64 potentials (N,),
     each particle's own term excluded, accurate enough for energy errors of ~1e-10.
     """
@@ -76,40 +73,26 @@ class GravityKind:
 DIAGNOSTICS_THETA = 0.25
 
 
-def _build_direct(eps: float, G: float, backend: str, precision: str, threads: int | None,
-                  comm: Any | None) -> ForceSource:
-    if comm is not None:
-        return JParallelGravity(comm, eps, G, backend, precision, threads)
+def _build_direct(eps: float, G: float, backend: str, precision: str, threads: int | None) -> ForceSource:
     return Pipeline(backend=backend, precision=precision, eps=eps, G=G, threads=threads)
 
 
 def _direct_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
-    """A float64 direct sum on the run's own backend (and threads, and ranks): O(N^2) like
-    its steps."""
-    if isinstance(source, JParallelGravity):
-        return source.potential(pos, mass, eps, G)
+    """A float64 direct sum on the run's own backend (and threads): O(N^2) like its steps."""
     exact = Pipeline(backend=source.backend, precision="double", eps=eps, G=G,
                      **({"threads": source.threads} if source.backend == "cpu" else {}))
     exact.set_j(pos, mass)
     return exact.forces(pos, exclude=np.arange(len(mass)))[1]
 
 
-def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None, comm: Any | None,
-                theta: float) -> TreeGravity | DomainTreeGravity:
-    if comm is not None:  # locally essential trees over the ranks' curve domains
-        if backend == "cuda":
-            raise ValueError("backend='cuda': the tree over MPI ranks (comm) evaluates its lists on the CPU only; "
-                             "use backend='cpu' or one process")
-        resolve_backend(backend)  # an unknown backend name is still an error
-        return DomainTreeGravity(comm, eps, G, theta=theta, threads=threads, precision=precision)
+def _build_tree(eps: float, G: float, backend: str, precision: str, threads: int | None,
+                theta: float) -> TreeGravity:
     # "auto" keeps the tree on the CPU; "cuda" puts its lists on the GPU (TreeGravity)
     return TreeGravity(eps, G, theta=theta, threads=threads, precision=precision, backend=backend)
 
 
 def _tree_potential(source: ForceSource, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
-    """A fine float64 tree: O(N log N) like the run's steps. With several ranks every rank
-    computes the same one over all particles (the state is replicated; the same bits as a
-    serial run's diagnostics)."""
+    """A fine float64 tree: O(N log N) like the run's steps."""
     # keyed in the run's last frame, as the out-of-core run's diagnostic tree is (over the
     # store in that frame's curve order): the same bits
     frame = getattr(source, "frame", None)

@@ -20,19 +20,9 @@ from gravpipe import _core, diagnostics, integrators, parallel
 from gravpipe import gravity as gravity_registry
 from gravpipe import io as gio
 from gravpipe._validate import check_positive_scalar
-from gravpipe.backends import resolve_backend
-from gravpipe.parallel import consistency
 from gravpipe.particles import Particles
 
 from gravpipe.run_loop import LAGRANGIAN_FRACTIONS, RunConfig, RunLoop, Timings
-
-
-def _runs_on_cpu_threads(gravity: str, backend: str) -> bool:
-    """Whether the force solver runs on this process's CPU threads, so that ranks sharing a
-    machine must split its cores: the tree always (its walk, also with its lists on a GPU);
-    direct summation where ``backend`` resolves to the CPU ("auto" picks CUDA on a GPU
-    machine, and the CUDA pipeline takes no threads)."""
-    return gravity == "tree" or resolve_backend(backend).name == "cpu"
 
 
 class MemoryRun(RunLoop):
@@ -54,9 +44,8 @@ class MemoryRun(RunLoop):
         ``gravpipe.integrators.INTEGRATORS``).
     t0 : the time of ``particles``.
     theta : tree opening angle (gravity="tree" only; None: the core's default).
-    comm : an mpi4py communicator: direct summation split over its ranks (j-parallel;
-        every rank holds all particles, rank 0 prints and writes the files). Treecode runs
-        over ranks live in domains (:class:`gravpipe.domain_run.DomainRun`). None: COMM_WORLD when
+    comm : None, or a communicator of one rank: a run in memory is one process (runs over
+        several MPI ranks keep their state distributed: :class:`gravpipe.domain_run.DomainRun`). None: COMM_WORLD when
         started by ``mpiexec -n P`` with P > 1, else a serial run. ``threads`` then defaults
         to the rank's share of its machine's cores.
     """
@@ -91,19 +80,11 @@ class MemoryRun(RunLoop):
             raise ValueError(f"t0: must be finite, got {t0!r}")
         self._spec, self._kind = spec, kind
         self._eps, self._G = eps, float(G)
-        self.comm = parallel.resolve_comm(comm)
-        if self.comm is not None:
-            self._check_ranks_agree(particles, {
-                "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
-                "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0,
-                "restart": asdict(restart[0]) if restart is not None else None})
-        if self.comm is not None and _runs_on_cpu_threads(kind.name, backend):
-            threads = parallel.threads_per_rank(self.comm) if threads is None else threads
-            # the integrator's own loops (predict, correct, schedule) too: ranks sharing a
-            # machine would otherwise each start a thread per core and spin against each other
-            _core.set_max_threads(threads)
-        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads,
-                                  comm=self.comm, **gparams)
+        if parallel.resolve_comm(comm) is not None:
+            raise ValueError("a run over several MPI ranks keeps its particles distributed: it is a "
+                             "gravpipe.domain_run.DomainRun, which gravpipe.Simulation builds under mpiexec")
+        self.comm = None
+        self._source = kind.build(eps=eps, G=G, backend=backend, precision=precision, threads=threads, **gparams)
         self._mass = np.array(particles.mass)
         self._ids = np.array(particles.id)
         self._run_dir: Path | None = None  # the run directory this run writes to
@@ -113,8 +94,6 @@ class MemoryRun(RunLoop):
         else:
             self.config, state, self.history = restart
             self._precise_energy = self.config.precise_energy
-            if hasattr(self._source, "restore_checkpoint_state"):  # its arrays, e.g. the MPI domains' cost
-                state = self._source.restore_checkpoint_state(state)
             start, run_params = self.config.t0, self.config.params
         self._core = spec.build(self._source.provider, np.array(particles.pos), np.array(particles.vel),
                                 self._mass, start, run_params, state)
@@ -134,17 +113,6 @@ class MemoryRun(RunLoop):
         self._startup = self._raw_timings()
         if restart is None:
             self._record()
-
-    def _check_ranks_agree(self, particles: Particles, setup: dict[str, Any]) -> None:
-        """Every rank must run the same gravpipe and core on the same inputs (collective)."""
-        import gravpipe
-
-        facts = {"gravpipe version": gravpipe.__version__,
-                 "C++ core defaults": json.dumps(_core.defaults(), sort_keys=True, default=str)}
-        # one fact per setting, so that a difference names the setting and both values
-        facts.update({key: json.dumps(value, sort_keys=True, default=str) for key, value in setup.items()})
-        facts["initial conditions (digest)"] = consistency.particles_digest(particles)
-        consistency.check_same_on_all_ranks(self.comm, facts)
 
     # ---- state -----------------------------------------------------------------------
     @property
@@ -174,9 +142,7 @@ class MemoryRun(RunLoop):
         """What the backend runs on, e.g. "isa=avx2, threads=2": the threads this run uses
         (``Pipeline.backend_detail`` names the machine's maximum)."""
         p = self._source
-        how = getattr(p, "parallel_kind", "j-parallel")
-        ranks = f", {how} over {self.comm.Get_size()} MPI ranks" if self.comm is not None else ""
-        return (f"isa={p.isa}, threads={p.threads}{ranks}" if p.backend == "cpu" else p.backend_detail)
+        return f"isa={p.isa}, threads={p.threads}" if p.backend == "cpu" else p.backend_detail
 
     @property
     def quantum(self) -> float:
@@ -247,17 +213,11 @@ class MemoryRun(RunLoop):
 
     def write_snapshot(self, path: str | Path) -> Path:
         """Write the particles at ``time`` as an HDF5 snapshot (GADGET-4 layout, written
-        atomically) with the run's parameters; returns the path. With several ranks
-        (collective): a multi-file set in the folder ``path``, one file per rank
-        (``io.write_set``)."""
-        if self.comm is not None:
-            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters())
+        atomically) with the run's parameters; returns the path."""
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters())
 
     def write_checkpoint(self, path: str | Path) -> Path:
-        """A snapshot plus the exact integrator state and the diagnostics history. With
-        several ranks (collective): a multi-file set in the folder ``path``, the
-        per-particle state split like the particles."""
+        """A snapshot plus the exact integrator state and the diagnostics history."""
         state = dict(self._core.checkpoint())
         if hasattr(self._source, "checkpoint_state"):
             state.update(self._source.checkpoint_state())
@@ -265,9 +225,6 @@ class MemoryRun(RunLoop):
         keys = [k for k in self.history[0] if not k.startswith("seconds_")]
         for k in keys:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])
-        if self.comm is not None:
-            return gio.write_set(self.comm, path, self.particles, self.time, parameters=self._parameters(),
-                                 integrator_state=state)
         return gio.write_snapshot(path, self.particles, self.time, parameters=self._parameters(),
                                   integrator_state=state)
 
