@@ -123,16 +123,15 @@ def test_let_volume_is_surface_scaling(node):
     assert 3.5 < b / a < 4.05  # (8)^(2/3) = 4 on the bandwidth term
 
 
-def test_replicated_run_gathers_all_results_on_every_rank(node):
-    # gravpipe run over ranks keeps all N on every rank: each step gathers N results (48 bytes
-    # a particle) onto every rank, a distributed treecode does not
+def test_a_distributed_run_moves_no_n_sized_message(node):
+    # gravpipe run over ranks keeps each rank's domain only: no step gathers N results onto
+    # every rank (48 bytes a particle over 1e8 particles would be ~0.6 s at the node's
+    # bandwidth); the step's communication is the essential trees and the domain cut's
     m = Model(node)
     c = node["constants"]["network"]
     dist = m.tree_evaluation(int(1e8), 0.6, ranks=64)
-    rep = m.tree_evaluation(int(1e8), 0.6, ranks=64, replicated=True)
-    assert rep.communication - dist.communication == pytest.approx(
-        c["latency_s"] + c["seconds_per_byte"] * 48 * 1e8 * 63 / 64)
-    assert m.tree_domain(1e8, 1, True).total == 0.0
+    assert dist.communication < 0.1 * c["seconds_per_byte"] * 48 * 1e8
+    assert m.tree_domain(1e8, 1).total == 0.0
     # with the two-rank calibration's constants: log2 P collectives, N/P per-body work
     doc = {"constants": {**node["constants"], "let": {**node["constants"]["let"], "domain_fixed_s": 1e-3,
                                                       "domain_per_body_s": 2e-7}}}

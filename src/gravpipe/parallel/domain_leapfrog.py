@@ -178,6 +178,14 @@ class DomainLeapfrog:
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
 
     # ---- forces ------------------------------------------------------------------------------
+    def forces_now(self) -> None:
+        """Cut the domains, migrate and evaluate the forces of the current positions, as a
+        step's force part does, the clock and the particles' motion untouched (collective):
+        for measurements (the performance model's two-rank probe)."""
+        self._decompose()
+        ev = self._evaluate_now()
+        self._acc, self._pot = ev.acc, ev.pot
+
     def _evaluate_now(self):
         """The evaluation of the current positions (start-up, or a rank without particles)."""
         acc, pot = np.empty((len(self._mass), 3)), np.empty(len(self._mass))

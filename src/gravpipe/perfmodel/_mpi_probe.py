@@ -1,12 +1,12 @@
 """Run under ``mpiexec -n 2`` by ``gravpipe bench model``: the ping-pong fit, a j-parallel
 direct evaluation and treecode evaluations over two ranks (one thread each), through the
 functions of ``gravpipe.bench.pingpong``, ``benchmarks/mpi_scaling.py`` and
-``gravpipe.parallel.DomainTreeGravity``. Rank 0 writes the JSON to the path given.
+``gravpipe.parallel.domain_leapfrog.DomainLeapfrog``. Rank 0 writes the JSON to the path given.
 
 A tree evaluation is timed as ``gravpipe run`` pays for it on every step of a run over ranks
-(the state is replicated): every rank handed all N, the domains cut along the curve, the
-particles migrated, the local tree built, the essential trees exchanged and grafted, the
-forces, and every rank's results gathered onto every rank. Sizes are measured in
+(the state distributed: each rank holds its domain): the domains cut along the curve, the
+leaving particles migrated, the local tree built, the essential trees exchanged and
+grafted, and the forces of the rank's own particles. Sizes are measured in
 interleaved rounds; in each round a size is evaluated until >= 0.3 s of work (the mean per
 evaluation); the figure is the median over rounds. Each evaluation also records the slower
 rank's own tree seconds (sort, build, moments, walk, evaluate): the rest is the domain
@@ -42,36 +42,39 @@ def _scaling():
 
 class _TreeCase:
     def __init__(self, comm, n: int):
-        from gravpipe.parallel import DomainTreeGravity
+        from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
+        from gravpipe.parallel.essential_forces import EssentialTreeForces
+
         self.comm, self.n = comm, n
-        self.p = gravpipe.ic.plummer(n, seed=1)
-        self.src = DomainTreeGravity(comm, 1 / 64, 1.0, threads=1)
-        self.acc, self.pot = np.empty((n, 3)), np.empty(n)
-        self.exclude = np.arange(n, dtype=np.int64)
-        self.once()  # the first evaluation's domains are equal slices; later ones are balanced by cost
+        p = gravpipe.ic.plummer(n, seed=1)
+        b, e = gravpipe.io.file_share(n, comm.Get_rank(), comm.Get_size())
+        self.forces = EssentialTreeForces(comm, 1 / 64, 1.0, threads=1)
+        # the start-up evaluation: the first domains are equal slices; later ones are balanced by cost
+        self.run = DomainLeapfrog(comm, p.pos[b:e], p.vel[b:e], p.mass[b:e], p.id[b:e], forces=self.forces,
+                                  dt=1 / 128, t0=0.0)
 
     def once(self) -> tuple[float, float, float]:
         """(wall seconds, the slower rank's own tree seconds, essential bytes sent by all ranks)."""
-        comm, src = self.comm, self.src
-        before = src.balance.bytes_essential
+        comm, forces = self.comm, self.forces
+        before = forces.balance.bytes_essential
         comm.Barrier()
         t0 = time.perf_counter()
-        src.provider.set_j(self.p.pos, self.p.mass, None)
-        src.provider.forces(self.p.pos, None, self.exclude, self.acc, self.pot, None)
+        self.run.forces_now()
         wall = time.perf_counter() - t0
-        s = src.tree_stats
+        s = forces.tree_stats
         local = s.seconds_sort + s.seconds_build + s.seconds_moments + s.seconds_walk + s.seconds_evaluate
         wall, local = comm.allreduce(wall, op=MPI.MAX), comm.allreduce(local, op=MPI.MAX)
-        return wall, local, float(src.balance.bytes_essential - before)
+        return wall, local, float(forces.balance.bytes_essential - before)
 
     def round(self) -> dict:
         rows = []
         while not rows or sum(r[0] for r in rows) < MIN_SECONDS:  # the same count on every rank
             rows.append(self.once())
         a = np.array(rows)
+        b = self.forces.balance
         return {"seconds": float(a[:, 0].mean()), "local_tree_seconds": float(a[:, 1].mean()),
                 "bytes_essential": float(a[:, 2].mean()), "evaluations": len(rows),
-                "interactions_per_body": self.src.stats.interactions / max(self.src.balance.evaluations, 1) / self.n}
+                "interactions_per_body": b.interactions / max(b.evaluations, 1) / self.n}
 
 
 def _trees(comm) -> list[dict]:

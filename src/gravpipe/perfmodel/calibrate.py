@@ -367,17 +367,16 @@ def _mpi_probe(out: str, say) -> dict | str:
 def _domain_fit(probe: dict, net: dict) -> dict:
     """The two-rank tree's constants from the probe's calibration sizes: the essential trees'
     bytes ``k (N/P)^(2/3)`` a rank, and what a step costs besides each rank's own tree and
-    the bytes priced at the ping-pong fit (essential trees, the results gathered onto every
-    rank), ``T = C1 + C2 N/P``: C1 the latency-bound collectives of the domain cut (the
-    splitters' bisection), C2 a body's curve key, migration, export and graft."""
-    from gravpipe.perfmodel.model import RESULT_GATHER_BYTES
+    the essential trees' bytes priced at the ping-pong fit, ``T = C1 + C2 N/P``: C1 the
+    latency-bound collectives of the domain cut (the splitters' bisection), C2 a body's
+    curve key, migration, export and graft."""
     p = int(probe.get("ranks", 2))
     cal = [t for t in probe["trees"] if t["calibration"]]
     k = float(np.median([t["bytes_essential"] / p / (t["n"] / p) ** (2 / 3) for t in cal]))
     lat, spb = net["latency_s"], net["seconds_per_byte"]
     x = np.array([t["n"] / p for t in cal], float)
     y = np.array([t["seconds"] - t["local_tree_seconds"] - 2 * lat
-                  - spb * (t["bytes_essential"] / p + t["n"] * (p - 1) / p * RESULT_GATHER_BYTES) for t in cal])
+                  - spb * t["bytes_essential"] / p for t in cal])
     (c2, c1), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], 1), y, rcond=None)
     if c1 < 0 or c2 < 0:
         c1, c2 = 0.0, max(0.0, float(np.median(y / x)))
@@ -518,12 +517,12 @@ def _configs(doc, direct_res, hrows, hcmp, whole, trows, tcmp, trun, ooc_row, pr
                         m.direct_evaluation(d["n"], "acc+pot", "mixed", "cpu", 1, 2), d["seconds"], n=d["n"]))
         p = int(probe.get("ranks", 2))
         for t2 in probe["trees"]:
-            pred = m.tree_evaluation(t2["n"], DEFAULT_THETA, "cpu", 1, p, replicated=True)
-            out.append(_row(f"{p} ranks tree N={t2['n']} (1 thread each; a step as `gravpipe run` pays: "
-                            "domain cut, migration, essential trees, results on every rank)", "mpi",
+            pred = m.tree_evaluation(t2["n"], DEFAULT_THETA, "cpu", 1, p)
+            out.append(_row(f"{p} ranks tree N={t2['n']} (1 thread each; a step's forces as `gravpipe run` pays: "
+                            "domain cut, migration, essential trees)", "mpi",
                             t2["calibration"], pred, t2["seconds"], n=t2["n"], spread=t2["spread"],
                             own_tree_seconds_measured=t2["local_tree_seconds"],
-                            own_tree_seconds_predicted=pred.host + pred.pipeline - m.tree_domain(t2["n"], p, True).host,
+                            own_tree_seconds_predicted=pred.host + pred.pipeline - m.tree_domain(t2["n"], p).host,
                             interactions_per_body_measured=t2["interactions_per_body"],
                             interactions_per_body_predicted=sum(
                                 v for kk, v in m.tree_work(t2["n"], DEFAULT_THETA).items() if kk != "mac")))

@@ -17,9 +17,9 @@ Terms, as the seeds write them (N particles, P ranks, n_i i-particles of a call)
 - communication: the locally essential tree, ``bytes = k (N/P)^(2/3)`` (surface of a
   domain), from min(P - 1, 26) neighbours, the allgather of every domain's top cells
   (P x 4 KiB: the term that grows with P) and allreduces of 2 ceil(log2 P) messages; every
-  step cuts the domains again and gathers all N results onto every rank (the run's state is
-  replicated): ``domain_fixed log2 P + domain_per_body N/P + C2 48 N (P-1)/P``;
-  j-parallel direct: the active i-set broadcast and its partial forces reduced;
+  step cuts the domains again and migrates the particles that left (the state distributed:
+  each rank holds its domain): ``domain_fixed log2 P + domain_per_body N/P``;
+  direct on shares: the active i-set gathered and its partial forces returned;
 - I/O: bytes swapped per step ``(read_passes + write_passes) * 96 N`` in pages, ``pages C1 +
   C2 bytes``.
 
@@ -42,7 +42,6 @@ BYTES_I = {"acc+pot": 32, "acc+jerk+pot": 56}       # per i-particle written
 BYTES_RESULT = {"acc+pot": 32, "acc+jerk+pot": 56}  # per result read
 OOC_BYTES_PER_PARTICLE = 96                       # gravpipe.bench.ooc.DATA_BYTES_PER_PARTICLE
 LET_NEIGHBOURS = 26
-RESULT_GATHER_BYTES = 48  # per particle, the results gathered onto every rank (replicated state)
 DOMAIN_ROUNDS = 66        # allreduces of a domain cut: frame, total cost, <= 63 bisection rounds, boxes
 TOP_BYTES_PER_RANK = 4096  # a domain's top cells (multipoles) and curve key range, allgathered
 DIRECT_ROW_WORK, TREE_ROW_WORK, OWN_ROW_WORK = 100, 200, 10  # gravity.py, run_loop.py
@@ -208,11 +207,10 @@ class Model:
         return {"pp": pp, "pc": pc, "mac": float(t["mac_a"]) * (pp + pc)}
 
     def tree_evaluation(self, n: int, theta: float, backend: str = "cpu", threads: int | None = None,
-                        ranks: int = 1, n_crit: int | None = None, replicated: bool = False) -> Breakdown:
+                        ranks: int = 1, n_crit: int | None = None) -> Breakdown:
         """One self-gravity evaluation (sort, build, moments, walk, lists) on each rank's N/P,
-        with the domain cut and the essential trees over ranks; ``replicated``: as
-        ``gravpipe run`` on ranks, every rank keeps all N, so all N results are gathered onto
-        every rank each step (a distributed treecode, as the plot draws, does not)."""
+        with the domain cut and the essential trees over ranks (the state distributed: each
+        rank holds its domain, as ``gravpipe run`` over ranks keeps it)."""
         t = self.c["tree"]
         nl = n / ranks
         scale = self.speedup(int(t["threads"]), t) / self.speedup(threads, t)
@@ -232,15 +230,13 @@ class Model:
             b.communication = (self.message(let, 1) + (min(ranks - 1, LET_NEIGHBOURS) - 1) * self.message(0)
                                + self.message(0, math.ceil(math.log2(ranks))) + self.message((ranks - 1) * top)
                                - self.message(0) + self.allreduce(64, ranks))
-            b = b + self.tree_domain(n, ranks, replicated)
+            b = b + self.tree_domain(n, ranks)
         return b
 
-    def tree_domain(self, n: float, ranks: int, replicated: bool = False) -> Breakdown:
+    def tree_domain(self, n: float, ranks: int) -> Breakdown:
         """What a step of the tree over ranks costs besides each rank's own tree and the
-        essential trees' bytes (every step cuts the domains again): when ``replicated`` (as
-        ``gravpipe run`` keeps the state on every rank) the results of all N gathered onto
-        every rank (48 bytes a particle: acceleration, potential, index, cost), the latency-bound collectives of the
-        domain cut (the splitters' bisection: ~DOMAIN_ROUNDS allreduces, each 2 log2 P
+        essential trees' bytes (every step cuts the domains again): the latency-bound
+        collectives of the domain cut (the splitters' bisection: ~DOMAIN_ROUNDS allreduces, each 2 log2 P
         messages deep) and the per-body work of curve keys, migration, export and graft.
         The last two from ``bench model``'s two-rank calibration (``let.domain_fixed_s`` at
         P = 2, scaled by log2 P; ``let.domain_per_body_s`` a body of N/P); a machine file
@@ -252,8 +248,6 @@ class Model:
         deep = math.ceil(math.log2(ranks))
         fixed = let.get("domain_fixed_s")
         comm = (float(fixed) * deep if fixed is not None else DOMAIN_ROUNDS * self.allreduce(8, ranks))
-        if replicated:
-            comm += self.message(n * (ranks - 1) / ranks * RESULT_GATHER_BYTES)
         return Breakdown(communication=comm, host=float(let.get("domain_per_body_s", 0.0)) * n / ranks)
 
     def ooc_io(self, n_local: float, memory_budget: int) -> Breakdown:
@@ -319,7 +313,7 @@ def predict(machine: dict, *, gravity: str = "direct", integrator: str | None = 
             steps_b = evaluation.scaled(steps)
         row_work = DIRECT_ROW_WORK
     else:
-        evaluation = m.tree_evaluation(n, theta, backend, th, ranks, n_crit, replicated=True)
+        evaluation = m.tree_evaluation(n, theta, backend, th, ranks, n_crit)
         kick = Breakdown(host=n / ranks * float(m.c["host"]["leapfrog_particle_step_s"]))
         step = evaluation + kick
         if memory_budget is not None:
