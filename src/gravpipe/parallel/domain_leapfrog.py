@@ -3,11 +3,14 @@ Warren, seed 004): each rank holds only the particles of its curve domain.
 
 A step on every rank:
 
-1. **decompose**: the curve keys of the particles in the global box, domains cut along
-   the Hilbert curve balanced by each particle's interactions in the last evaluation
-   (:mod:`gravpipe.parallel.domain`), and the particles that left a domain migrate to
-   their new owner with all they carry (position, velocity, mass, id, acceleration,
-   potential, cost: one Alltoallv per dtype); those that stay keep their place;
+1. **decompose**: the curve keys of the particles in the global box; the domains' cuts
+   along the Hilbert curve are kept while they stay balanced (each rank's summed cost, the
+   interactions of its particles in the last evaluation, within ``rebalance`` of the mean)
+   and cut again by cost otherwise (:mod:`gravpipe.parallel.domain`): a cut moved at every
+   step would send a tenth of the particles across a boundary through a dense core each
+   time. The particles outside their rank's range migrate to their owner with all they
+   carry (position, velocity, mass, id, acceleration, potential, cost: one Alltoallv per
+   dtype); those that stay keep their place;
 2. **step**: the core's ``LeapfrogIntegrator`` takes one kick-drift-kick step of the
    rank's particles; its force evaluation (after the drift) is collective: locally
    essential trees over the ranks' domains
@@ -38,8 +41,10 @@ from gravpipe.pipeline import PipelineStats
 
 #: the per-particle state a checkpoint carries beyond the particles: name -> entries per particle
 STATE_FIELDS = {"acc": 3, "pot": 1, "domain_cost": 1}
-#: the state of the whole run (one entry)
-CLOCK_FIELDS = ("steps", "grid_origin")
+#: the domains' cuts (P - 1 curve keys, as int64) a checkpoint carries: the same P keeps them
+SPLITTERS_FIELD = "domain_splitters"
+#: the largest summed cost of a rank over the mean that keeps the domains' cuts
+REBALANCE = 1.05
 
 
 class DomainLeapfrog:
@@ -49,13 +54,19 @@ class DomainLeapfrog:
     (any share: the first step moves them to their domains; n may be 0 on some ranks).
     ``forces``: the collective force evaluation; dt: the step; t0: the time. ``restart``: a
     :meth:`checkpoint` of the same particles (acc (3n,), pot (n,), domain_cost (n,),
-    steps (1,), grid_origin (1,)) continues without a force evaluation; else the start-up
-    evaluation runs now (collective).
+    steps (1,), grid_origin (1,), and domain_splitters (P - 1,) when taken on the same P)
+    continues without a force evaluation; else the start-up evaluation runs now
+    (collective). ``rebalance``: the domains are cut again when a rank's summed cost
+    exceeds this many times the mean.
     """
 
     def __init__(self, comm: Any, pos: np.ndarray, vel: np.ndarray, mass: np.ndarray, ids: np.ndarray, *,
-                 forces: EssentialTreeForces, dt: float, t0: float, restart: dict[str, np.ndarray] | None = None):
+                 forces: EssentialTreeForces, dt: float, t0: float, restart: dict[str, np.ndarray] | None = None,
+                 rebalance: float = REBALANCE):
         self.comm, self.forces, self.dt = comm, forces, float(dt)
+        self.rebalance = float(rebalance)
+        self._splitters: np.ndarray | None = None  # uint64 (P - 1,): the domains' cuts
+        self.cuts = 0  # how many times the domains were cut
         self._pos = np.ascontiguousarray(pos, np.float64).reshape(-1, 3)
         self._vel = np.ascontiguousarray(vel, np.float64).reshape(-1, 3)
         self._mass = np.ascontiguousarray(mass, np.float64)
@@ -69,6 +80,7 @@ class DomainLeapfrog:
         self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
         self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
         self._last_migrated = 0
+        self._frame: tuple[np.ndarray, np.ndarray] | None = None  # of the positions now, when known
         this = weakref.ref(self)  # the core calls back; a bound method would make an unseen cycle
         self._provider = _core.CallbackForces(lambda *views: this()._evaluate(*views))
         if restart is None:
@@ -86,6 +98,9 @@ class DomainLeapfrog:
             self._cost = np.asarray(restart["domain_cost"], np.int64).reshape(n).copy()
             self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
             self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
+            cuts = restart.get(SPLITTERS_FIELD)
+            if cuts is not None and len(cuts) == comm.Get_size() - 1:
+                self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
 
     # ---- the clock -------------------------------------------------------------------------
     @property
@@ -152,12 +167,18 @@ class DomainLeapfrog:
         follow them, senders in rank order."""
         comm = self.comm
         t0 = _now()
-        with self.comm_clock:
-            lo, hi = global_frame(comm, self._pos)
+        if self._frame is None:  # else the last evaluation's: the positions have not moved since
+            with self.comm_clock:
+                self._frame = global_frame(comm, self._pos)
+        lo, hi = self._frame
         keys = curve_keys(self._pos, lo, hi, self.forces.threads)
-        with self.comm_clock:
-            splitters = balanced_splitters(comm, keys, np.maximum(self._cost, 1))
-        owner = owners(keys, splitters)
+        cost = np.maximum(self._cost, 1)
+        owner = None if self._splitters is None else owners(keys, self._splitters)
+        if owner is None or self._imbalance(owner, cost) > self.rebalance:
+            with self.comm_clock:
+                self._splitters = balanced_splitters(comm, keys, cost)
+            owner = owners(keys, self._splitters)
+            self.cuts += 1
         del keys
         leave = np.flatnonzero(owner != comm.Get_rank())
         fields = (self._pos, self._vel, self._mass, self._acc, self._pot)
@@ -176,6 +197,18 @@ class DomainLeapfrog:
             self._cost = np.concatenate((self._cost[stay], i64[:, 1]))
         self.seconds_decompose += _now() - t0
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
+
+    def _imbalance(self, owner: np.ndarray, cost: np.ndarray) -> float:
+        """max / mean over the ranks of the summed cost each would hold with these owners."""
+        from mpi4py import MPI
+
+        ranks = self.comm.Get_size()
+        # integer costs, summed exactly (float64 below 2^53): the same on every rank in any order
+        mine = np.bincount(owner, weights=cost, minlength=ranks).astype(np.int64)
+        with self.comm_clock:
+            self.comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
+        mean = mine.mean()
+        return float(mine.max() / mean) if mean > 0 else 1.0
 
     # ---- forces ------------------------------------------------------------------------------
     def forces_now(self) -> None:
@@ -201,6 +234,7 @@ class DomainLeapfrog:
         pos = pos_flat.reshape(-1, 3)
         with self.comm_clock:
             frame = global_frame(self.comm, pos)
+        self._frame = frame  # the positions the next step starts from (the kick moves no particle)
         ev = self.forces.evaluate(pos, mass, frame, self._last_migrated)
         self._last_migrated = 0
         acc_flat.reshape(-1, 3)[:] = ev.acc
@@ -231,6 +265,10 @@ class DomainLeapfrog:
     def ids(self) -> np.ndarray:
         return self._ids
 
+    def accelerations(self) -> np.ndarray:
+        """The acceleration (n, 3) of this rank's particles from the last evaluation."""
+        return self._acc
+
     def potentials(self) -> np.ndarray:
         """The potential (n,) of this rank's particles from the last evaluation (at ``time``)."""
         return self._pot
@@ -240,14 +278,16 @@ class DomainLeapfrog:
         per = max(self.evaluations, 1)
         st = {k: v / per for k, v in self.stages.items()}
         let = st.get("export", 0.0) + st.get("exchange", 0.0) + st.get("graft", 0.0)
-        return (f"stages per step on this rank: decompose+migrate {st.get('decompose', 0.0):.3g} s, tree build "
+        return (f"domains cut {self.cuts} times in {self.evaluations} evaluations; "
+                f"stages per step on this rank: decompose+migrate {st.get('decompose', 0.0):.3g} s, tree build "
                 f"{st.get('build', 0.0):.3g} s, essential trees {let:.3g} s (export {st.get('export', 0.0):.3g}, "
                 f"exchange {st.get('exchange', 0.0):.3g}, graft {st.get('graft', 0.0):.3g}), walk+forces "
                 f"{st.get('walk_forces', 0.0):.3g} s")
 
     def checkpoint(self) -> dict[str, np.ndarray]:
         """What continues this rank's share bit for bit (see :data:`STATE_FIELDS`)."""
-        return {"acc": self._acc.reshape(-1).copy(), "pot": self._pot.copy(), "domain_cost": self._cost.copy(),
+        cuts = {} if self._splitters is None else {SPLITTERS_FIELD: self._splitters.view(np.int64).copy()}
+        return cuts | {"acc": self._acc.reshape(-1).copy(), "pot": self._pot.copy(), "domain_cost": self._cost.copy(),
                 "steps": np.array([self._steps], np.int64), "grid_origin": np.array([self._origin])}
 
     def counters(self) -> dict[str, float]:
