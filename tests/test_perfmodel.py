@@ -239,3 +239,27 @@ def test_plot_and_where_communication_or_io_grow(node, tmp_path):
     assert tree_step(node, 1e10, 1)[1] and not tree_step(node, 1e10, 1024)[1]
     plot_tree_scaling(node, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 10000
+
+
+def test_domain_fit_recovers_the_cut_constants_beyond_the_predicted_own_tree(node):
+    """The two-rank probe's steps built from known constants: the fit gets them back (the
+    domain cut's C1 and C2 a body, the essential trees' bytes coefficient), with each rank's
+    own tree priced by the serial constants at one thread."""
+    from gravpipe.perfmodel.calibrate import _domain_fit
+    from gravpipe.tree import DEFAULT_THETA
+
+    c = node["constants"]
+    net, p, c1, c2, k = c["network"], 2, 4e-4, 9e-8, 1500.0
+    zero = {"bytes_coeff": 0.0, "domain_fixed_s": 0.0, "domain_per_body_s": 0.0}
+    serial = Model({"constants": {"tree": c["tree"], "cpu": c["cpu"], "network": net, "let": zero}})
+    trees = []
+    for n in (15000, 30000):
+        b = serial.tree_evaluation(n, DEFAULT_THETA, "cpu", 1, p)
+        sent = k * (n / p) ** (2 / 3) * p
+        seconds = (b.host + b.pipeline + c1 + c2 * n / p + 2 * net["latency_s"]
+                   + net["seconds_per_byte"] * sent / p)
+        trees.append({"n": n, "calibration": True, "seconds": seconds, "bytes_essential": sent})
+    fit = _domain_fit({"ranks": p, "trees": trees}, net, {"tree": c["tree"], "cpu": c["cpu"]})
+    assert fit["domain_fixed_s"] == pytest.approx(c1, rel=1e-6)
+    assert fit["domain_per_body_s"] == pytest.approx(c2, rel=1e-6)
+    assert fit["bytes_coeff"] == pytest.approx(k, rel=1e-9)

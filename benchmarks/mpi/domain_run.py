@@ -14,8 +14,8 @@ its own share, against the serial run's (median of the repeats). ``--gravity dir
 same for Hermite block steps to t = 1/256 (N/P j-particles a rank), with each rank's share
 of the block steps' time spent in MPI.
 
-scaling: seconds per leapfrog step (3 steps after the start-up evaluation) of a Plummer
-model; strong: N on P = 1 x 2 threads (serial run) against P = 2 x 1 thread; weak: N/2 on
+scaling: seconds per leapfrog step (4 steps after one untimed step: over ranks the first
+step cuts the domains by measured cost, as the start-up could not) of a Plummer model; strong: N on P = 1 x 2 threads (serial run) against P = 2 x 1 thread; weak: N/2 on
 P = 1 x 1 thread against N on P = 2 x 1 thread. Efficiency: t_1 / t_2 (strong: the same
 cores), t_1 / t_2 (weak: the same work a core). Each line of output is one JSON record
 with the machine named; the summary prints medians.
@@ -63,10 +63,12 @@ def probe(args: argparse.Namespace) -> None:
     else:
         sim = gp.Simulation.from_model("plummer", args.n, seed=1, threads=args.threads, **kw)
     start = time.perf_counter() - t0
+    if args.warmup:  # steady steps: the first one also cuts the domains by measured cost
+        sim.evolve(args.warmup / 128, progress=False)
     if comm is not None:
         comm.Barrier()
     t1 = time.perf_counter()
-    sim.evolve(args.steps / 128 if args.gravity == "tree" else 1 / 256, progress=False)
+    sim.evolve((args.warmup + args.steps) / 128 if args.gravity == "tree" else 1 / 256, progress=False)
     wall = time.perf_counter() - t1
     if comm is not None:
         from mpi4py import MPI
@@ -78,6 +80,7 @@ def probe(args: argparse.Namespace) -> None:
            "cpu": machine.describe()["cpu"]}
     t = sim.timings
     row["comm_share"] = t.comm / t.total if t.total > 0 else 0.0
+    row["interactions"] = t.interactions  # of all ranks, in the timed steps and the warm-up
     row["block_steps"] = t.steps
     if sim.residence == "domains":
         row["summary"] = sim.summary_lines()
@@ -123,17 +126,22 @@ def scaling(args: argparse.Namespace) -> None:
     cases = {"strong_1": (1, args.n, 2), "strong_2": (2, args.n, 1), "weak_1": (1, args.n // 2, 1),
              "weak_2": (2, args.n, 1)}
     times: dict[str, list[float]] = {k: [] for k in cases}
+    work: dict[str, float] = {}
     for _ in range(args.repeat):
         for name, (p, n, threads) in cases.items():
-            rows = launch(p, "-n", str(n), "--threads", str(threads), "--steps", "3")
+            rows = launch(p, "-n", str(n), "--threads", str(threads), "--steps", "4", "--warmup", "1")
             for r in rows:
                 print(json.dumps(r | {"case": name}), flush=True)
             times[name].append(rows[0]["seconds_per_step"])
+            work[name] = rows[0]["interactions"] / rows[0]["n"]
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"# strong N={args.n}: P=1x2 threads {med['strong_1']:.3f} s/step, P=2x1 {med['strong_2']:.3f} s/step, "
           f"efficiency {med['strong_1'] / med['strong_2']:.3f}")
+    eff = med["weak_1"] / med["weak_2"]
+    per = eff * work["weak_2"] / work["weak_1"]  # the same interactions a core
     print(f"# weak N/P={args.n // 2}: P=1 {med['weak_1']:.3f} s/step, P=2 {med['weak_2']:.3f} s/step, "
-          f"efficiency {med['weak_1'] / med['weak_2']:.3f}")
+          f"efficiency {eff:.3f} ({per:.3f} per interaction: {work['weak_1']:.0f} -> {work['weak_2']:.0f} "
+          f"interactions a body)")
 
 
 def main() -> None:
@@ -145,6 +153,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--gravity", choices=["tree", "direct"], default="tree")
+    p.add_argument("--warmup", type=int, default=0, help="steps before the timed ones")
     for name in ("memory", "scaling"):
         q = sub.add_parser(name)
         q.add_argument("-n", type=int, default=4_000_000 if name == "memory" else 1_000_000)

@@ -263,6 +263,9 @@ class DomainRun(RunLoop):
         return exact.potentials()
 
     def _raw_timings(self) -> Timings:
+        """This rank's counts since the start: for the tree, builds, exports and grafts as
+        "transfer", walks and kernels as "compute", MPI (migration, pieces, reductions) as
+        "comm"; particle steps of all ranks."""
         e = self._engine
         c, s = e.counters(), e.stats
         if isinstance(e, DomainLeapfrog):
@@ -276,18 +279,6 @@ class DomainRun(RunLoop):
         return Timings(host=c["seconds_host"], transfer=s.seconds_j_write + s.seconds_i_write + s.seconds_result_read,
                        compute=s.seconds_compute, comm=s.seconds_comm, total=c["seconds_total"], steps=c["steps"],
                        particle_steps=s.i_particles, interactions=s.interactions)
-
-    @property
-    def timings(self) -> Timings:
-        """The time breakdown of this rank's steps (start-up excluded): tree builds, exports
-        and grafts as "transfer", walks and kernels as "compute", MPI (migration, pieces,
-        reductions) as "comm"; particle steps of all ranks."""
-        now, base = self._raw_timings(), self._startup
-        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
-
-    @property
-    def startup_seconds(self) -> float:
-        return self._startup.total
 
     def _advance_to(self, t: float) -> None:
         self._engine.evolve_to(t)

@@ -181,17 +181,6 @@ class MemoryRun(RunLoop):
                        compute=s.seconds_compute, comm=s.seconds_comm, total=c["seconds_total"], steps=c["steps"],
                        particle_steps=c["particle_steps"], interactions=s.interactions)
 
-    @property
-    def timings(self) -> Timings:
-        """The time breakdown of the steps taken by this process (start-up excluded)."""
-        now, base = self._raw_timings(), self._startup
-        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
-
-    @property
-    def startup_seconds(self) -> float:
-        """Wall time of the start-up (the first force evaluation on all particles)."""
-        return self._startup.total
-
     # ---- evolution (the loop is RunLoop.evolve) ------------------------------------------
     def _advance_to(self, t: float) -> None:
         self._core.evolve_to(t)

@@ -6,7 +6,8 @@ runs of every residence (:mod:`gravpipe.residence`): :class:`~gravpipe.memory_ru
 run directory, numbers and writes the files and ``diagnostics.csv``. A run class supplies:
 
 - ``time``, ``grid_origin``, ``quantum``, ``n``, ``config`` (a ``simulation.RunConfig``),
-  ``history`` (diagnostics rows), ``timings`` (``.steps``, ``.particle_steps``),
+  ``history`` (diagnostics rows), ``timings`` (``.steps``, ``.particle_steps``; RunLoop's
+  from ``_raw_timings()`` and ``_startup`` where the run counts as its core does),
   ``_steps_before`` (steps and particle steps before this process), ``_kind`` (the
   gravity kind: ``row_work``), ``comm`` (None in one process);
 - ``_advance_to(t)``: evolve to ``t`` exactly (off the step grid by a shortened step);
@@ -248,6 +249,19 @@ class RunLoop:
     _run_dir: Path | None = None
 
     # ---- evolution -------------------------------------------------------------------
+    # ---- the time breakdown, for runs that count it as their core does (``_raw_timings()``,
+    # and ``_startup``: the counts at the end of the start-up evaluation) ------------------
+    @property
+    def timings(self) -> Timings:
+        """The time breakdown of the steps taken by this process (start-up excluded)."""
+        now, base = self._raw_timings(), self._startup
+        return Timings(*(getattr(now, f) - getattr(base, f) for f in Timings.__dataclass_fields__))
+
+    @property
+    def startup_seconds(self) -> float:
+        """Wall time of the start-up (the first force evaluation on all particles)."""
+        return self._startup.total
+
     def evolve(self, t_end: float, snapshot_every: float | None = None, checkpoint_every: float | None = None,
                out: str | Path | None = None, progress: bool = True, overwrite: bool = False) -> None:
         """Advance to ``t_end`` (any time not before ``time``; it is reached exactly).

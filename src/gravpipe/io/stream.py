@@ -279,12 +279,7 @@ class BlockReader:
             yield self._block(start, min(start + int(rows), self.n))
 
     def _block(self, start: int, stop: int) -> Particles:
-        data = {source: None if ds is None else ds[start:stop] for source, ds in self._datasets.items()}
-        for source in ("pos", "vel", "mass"):
-            if data[source] is not None:
-                data[source] = data[source].astype(np.float64, copy=False)
-        if data["mass"] is None:
-            data["mass"] = _masses_from_table(self._header, self.part_type, stop - start, self._where)
+        data = self.arrays(start, stop)
         try:
             return Particles(data["pos"], data["vel"], data["mass"], data["id"])
         except ValueError as exc:

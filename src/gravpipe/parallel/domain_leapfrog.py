@@ -18,9 +18,14 @@ A step on every rank:
 
 The step's arithmetic is the core's (kick, drift, the force check), as in one process;
 between steps the particles change hands, so each step runs on the rank's set of that
-step (the integrator restarts from the carried accelerations: no extra evaluation). The
-domains of a step are cut at its start positions and its forces evaluated after the drift:
-the domain boxes are those of the drifted positions, so the pieces stay exact.
+step (the integrator restarts from the carried accelerations: no extra evaluation). A
+step's forces are evaluated after its drift, so each particle is given to the rank whose
+curve range holds the position the drift will take it to, and the curve and the octree
+divide one frame, kept from step to step (the particles' box with a margin of
+FRAME_MARGIN of its extent, renewed only when a particle leaves it): then every domain is a
+union of whole octree cells when the tree is built. Domains cut at the start positions
+split every cell along a boundary that particles drift across: 11% more interactions at
+N = 2e5 on 2 ranks (3476 against 3142 a body).
 
 Nothing of size N exists on any rank. Results are deterministic for a given number of
 ranks (the stayers keep their order, arrivals follow in sender order) and within the
@@ -45,6 +50,10 @@ STATE_FIELDS = {"acc": 3, "pot": 1, "domain_cost": 1}
 SPLITTERS_FIELD = "domain_splitters"
 #: the largest summed cost of a rank over the mean that keeps the domains' cuts
 REBALANCE = 1.05
+#: the octree's frame (6,: lo, hi) a checkpoint carries
+FRAME_FIELD = "domain_frame"
+#: the margin of a new frame on each side, in units of the particles' extent
+FRAME_MARGIN = 0.125
 
 
 class DomainLeapfrog:
@@ -54,7 +63,8 @@ class DomainLeapfrog:
     (any share: the first step moves them to their domains; n may be 0 on some ranks).
     ``forces``: the collective force evaluation; dt: the step; t0: the time. ``restart``: a
     :meth:`checkpoint` of the same particles (acc (3n,), pot (n,), domain_cost (n,),
-    steps (1,), grid_origin (1,), and domain_splitters (P - 1,) when taken on the same P)
+    steps (1,), grid_origin (1,), domain_frame (6,), and domain_splitters (P - 1,) when
+    taken on the same P)
     continues without a force evaluation; else the start-up evaluation runs now
     (collective). ``rebalance``: the domains are cut again when a rank's summed cost
     exceeds this many times the mean.
@@ -80,7 +90,7 @@ class DomainLeapfrog:
         self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
         self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
         self._last_migrated = 0
-        self._frame: tuple[np.ndarray, np.ndarray] | None = None  # of the positions now, when known
+        self._frame: tuple[np.ndarray, np.ndarray] | None = None  # the kept frame (lo (3,), hi (3,))
         this = weakref.ref(self)  # the core calls back; a bound method would make an unseen cycle
         self._provider = _core.CallbackForces(lambda *views: this()._evaluate(*views))
         if restart is None:
@@ -98,6 +108,10 @@ class DomainLeapfrog:
             self._cost = np.asarray(restart["domain_cost"], np.int64).reshape(n).copy()
             self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
             self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
+            frame = restart.get(FRAME_FIELD)
+            if frame is not None:
+                frame = np.asarray(frame, np.float64).reshape(6)
+                self._frame = (frame[:3].copy(), frame[3:].copy())
             cuts = restart.get(SPLITTERS_FIELD)
             if cuts is not None and len(cuts) == comm.Get_size() - 1:
                 self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
@@ -127,8 +141,9 @@ class DomainLeapfrog:
         if not np.isfinite(t) or t < self.time - 1e-9 * self.dt:
             raise ValueError(f"evolve_to: t = {t!r} is before the current time {self.time!r} or not finite")
         while not self._reached(t):
-            self._decompose()
-            self._step(min(t, self._origin + (self._steps + 1) * self.dt))
+            target = min(t, self._origin + (self._steps + 1) * self.dt)
+            self._decompose(target - self.time)
+            self._step(target)
 
     def _step(self, target: float) -> None:
         """One step to ``target`` (the next grid point, or an off-grid stop before it)."""
@@ -161,17 +176,19 @@ class DomainLeapfrog:
         self._counters["steps"] += 1
 
     # ---- decomposition ---------------------------------------------------------------------
-    def _decompose(self) -> None:
-        """Cut the domains at the current positions by cost and move the particles there:
-        only those that leave travel; the ones that stay keep their order, and the arrivals
-        follow them, senders in rank order."""
+    def _decompose(self, dt: float = 0.0) -> None:
+        """Cut the domains by cost and move the particles there: only those that leave
+        travel; the ones that stay keep their order, and the arrivals follow them, senders
+        in rank order. Each particle goes where the step of ``dt`` about to be taken will
+        drift it (x + dt (v + a dt / 2), the core's kick and drift), so that the domains the
+        step's forces see are ranges of the curve, whole cells of the octree: owners by the
+        start positions would split every cell along a boundary that particles drift across."""
         comm = self.comm
         t0 = _now()
-        if self._frame is None:  # else the last evaluation's: the positions have not moved since
-            with self.comm_clock:
-                self._frame = global_frame(comm, self._pos)
-        lo, hi = self._frame
-        keys = curve_keys(self._pos, lo, hi, self.forces.threads)
+        where = self._pos if dt == 0 else self._pos + dt * (self._vel + (0.5 * dt) * self._acc)
+        lo, hi = self._frame_of(where)
+        keys = curve_keys(where, lo, hi, self.forces.threads)
+        del where
         cost = np.maximum(self._cost, 1)
         owner = None if self._splitters is None else owners(keys, self._splitters)
         if owner is None or self._imbalance(owner, cost) > self.rebalance:
@@ -197,6 +214,17 @@ class DomainLeapfrog:
             self._cost = np.concatenate((self._cost[stay], i64[:, 1]))
         self.seconds_decompose += _now() - t0
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
+
+    def _frame_of(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The frame for every rank's positions (this rank's: pos (n, 3)): the kept one while
+        it holds them all, else their box widened by FRAME_MARGIN (collective)."""
+        with self.comm_clock:
+            lo, hi = global_frame(self.comm, pos)
+        if self._frame is not None and (lo >= self._frame[0]).all() and (hi <= self._frame[1]).all():
+            return self._frame
+        margin = FRAME_MARGIN * max(float((hi - lo).max()), 1e-300)
+        self._frame = (lo - margin, hi + margin)
+        return self._frame
 
     def _imbalance(self, owner: np.ndarray, cost: np.ndarray) -> float:
         """max / mean over the ranks of the summed cost each would hold with these owners."""
@@ -232,9 +260,7 @@ class DomainLeapfrog:
         seconds building trees, seconds in MPI)."""
         t0 = _now()
         pos = pos_flat.reshape(-1, 3)
-        with self.comm_clock:
-            frame = global_frame(self.comm, pos)
-        self._frame = frame  # the positions the next step starts from (the kick moves no particle)
+        frame = self._frame_of(pos)
         ev = self.forces.evaluate(pos, mass, frame, self._last_migrated)
         self._last_migrated = 0
         acc_flat.reshape(-1, 3)[:] = ev.acc
@@ -287,6 +313,8 @@ class DomainLeapfrog:
     def checkpoint(self) -> dict[str, np.ndarray]:
         """What continues this rank's share bit for bit (see :data:`STATE_FIELDS`)."""
         cuts = {} if self._splitters is None else {SPLITTERS_FIELD: self._splitters.view(np.int64).copy()}
+        if self._frame is not None:
+            cuts[FRAME_FIELD] = np.concatenate(self._frame)
         return cuts | {"acc": self._acc.reshape(-1).copy(), "pot": self._pot.copy(), "domain_cost": self._cost.copy(),
                 "steps": np.array([self._steps], np.int64), "grid_origin": np.array([self._origin])}
 
