@@ -224,3 +224,10 @@ def test_cli_tree_run_under_mpiexec(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("energy error") == 1 and "curve domains over 2 MPI ranks" in r.stdout
     assert "load imbalance" in r.stdout and "comm" in r.stdout
+
+
+def test_a_bad_particle_in_one_share_stops_every_rank_naming_it(tmp_path):
+    r = mpirun(2, "bad_particle", cwd=tmp_path)
+    first, second = (str(m) for m in r["messages"])
+    assert f"(particle id {int(r['bad_id'])})" in second and "exceeds 1e+18" in second
+    assert first.startswith("another rank refused its share: rank 1:")

@@ -132,8 +132,8 @@ class DomainRun(RunLoop):
             "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
             "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0, "N": self._n,
             "restart": asdict(restart[0]) if restart is not None else None})
-        check_magnitude("pos", share["pos"], precision)
-        check_magnitude("vel", share["vel"], precision)
+        # a bad particle is one rank's to find: every rank raises, none waits in a collective
+        consistency.agreed(comm, lambda: _check_range(share, precision))
         self._spec, self._kind, self._eps, self._G = spec, kind, eps, G
         self._run_dir: Path | None = None
         state = None
@@ -346,6 +346,13 @@ class DomainRun(RunLoop):
                    restart=(config, state, history))
         run._run_dir = Path(out).resolve()
         return run
+
+
+def _check_range(share: Share, precision: str) -> None:
+    """``check_magnitude`` of a share's positions and velocities, naming the particle by its
+    id (an index into one rank's share says nothing to the user)."""
+    for name in ("pos", "vel"):
+        check_magnitude(name, share[name], precision, ids=share["id"])
 
 
 def _runs_on_cpu_threads(gravity: str, backend: str) -> bool:

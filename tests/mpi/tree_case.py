@@ -84,8 +84,28 @@ def leapfrog(out: str, run_dir: str, t_end: float) -> None:
                  detail=sim.backend_detail, shares=np.array(local), summary="\n".join(sim.summary_lines()))
 
 
+def bad_particle(out: str) -> None:
+    """A particle beyond the arithmetic's range in the last rank's share: every rank raises
+    (none waits in a collective), naming the particle by its id."""
+    comm = MPI.COMM_WORLD
+    p = small_plummer()
+    pos = p.pos.copy()
+    pos[p.n - 3] = (1e30, 0.0, 0.0)
+    try:
+        gp.Simulation(gp.Particles(pos, p.vel, p.mass), gravity="tree", threads=1)
+        message = ""
+    except ValueError as exc:
+        message = str(exc)
+    messages = comm.gather(message)
+    if comm.rank == 0:
+        np.savez(out, messages=np.array(messages), bad_id=p.n - 3)
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
+    if case == "bad_particle":
+        bad_particle(out)
+        raise SystemExit(0)
     if case == "forces":
         forces(out, sys.argv[3])
     elif case == "leapfrog":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -47,6 +47,23 @@ def check_same_on_all_ranks(comm: Any, facts: Mapping[str, str]) -> None:
                            " | ".join(problems))
         error.on_every_rank = True  # raised alike on every rank: said once (gravpipe run)
         raise error
+
+
+def agreed(comm: Any, work: Callable[[], Any]) -> Any:
+    """``work()`` on every rank; when it raised on any, an error on every rank (the rank's
+    own, or a ValueError naming the ranks that refused), so that no rank goes on to a
+    collective that another never enters. Collective: one small allgather."""
+    try:
+        result, problem = work(), None
+    except Exception as exc:  # noqa: BLE001 - re-raised below, on this rank and the others
+        result, problem = exc, f"{type(exc).__name__}: {exc}"
+    problems = comm.allgather(problem)
+    if problem is not None:
+        raise result
+    failed = [f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
+    if failed:
+        raise ValueError("another rank refused its share: " + "; ".join(failed))
+    return result
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -26,13 +26,14 @@ pieces and supplies the collectives through mpi4py.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from gravpipe import _core, integrators
 from gravpipe._validate import as_float_array, check_magnitude, check_positive_scalar
 from gravpipe.parallel import consistency
+from gravpipe.parallel.consistency import agreed
 from gravpipe.pipeline import Pipeline, PipelineStats
 
 
@@ -74,7 +75,7 @@ class ShareDirect:
                  t0: float = 0.0, restart: dict[str, np.ndarray] | None = None, max_block: int | None = None):
         self.comm = comm
         self.rank, self.ranks = comm.Get_rank(), comm.Get_size()
-        spec, run_params = _agreed(comm, lambda: integrators.resolve(integrator, dict(params or {})))
+        spec, run_params = agreed(comm, lambda: integrators.resolve(integrator, dict(params or {})))
         consistency.check_same_on_all_ranks(comm, {
             "gravpipe core": json.dumps(_core.defaults(), sort_keys=True, default=str),
             "integrator": spec.name, "params": json.dumps(run_params, sort_keys=True), "eps": repr(eps),
@@ -82,7 +83,7 @@ class ShareDirect:
             "restart": repr(restart is not None), "max_block": repr(max_block)})
         self.integrator = spec.name
         self.params = run_params
-        pos, vel, mass = _agreed(comm, lambda: _check_share(pos, vel, mass, precision))
+        pos, vel, mass = agreed(comm, lambda: _check_share(pos, vel, mass, precision))
         self.n = len(mass)
         self.shares = np.array(comm.allgather(self.n), dtype=np.int64)  # (P,): one count per rank
         total_mass = sum(comm.allgather(float(mass.sum())))
@@ -92,13 +93,13 @@ class ShareDirect:
         self.n_total = int(self.shares.sum())
         self.max_block = int(max_block) if max_block is not None else max(int(self.shares.max()), self.ranks)
         if threads is not None:
-            _agreed(comm, lambda: _core.set_max_threads(int(threads)))
-        self.pipeline = _agreed(comm, lambda: _rank_pipeline(comm, backend, precision, eps, G, threads))
+            agreed(comm, lambda: _core.set_max_threads(int(threads)))
+        self.pipeline = agreed(comm, lambda: _rank_pipeline(comm, backend, precision, eps, G, threads))
         self._mpi = MpiCollectives(comm)
         self._forces = _core.ShareDirectForces(self.pipeline.provider, self.rank, self.ranks, self.n_total,
                                                self.max_block, self._mpi.min, self._mpi.allgather,
                                                self._mpi.allgatherv, self._mpi.alltoallv)
-        f64, i64 = _agreed(comm, lambda: _split_restart(spec.name, restart, self.n))
+        f64, i64 = agreed(comm, lambda: _split_restart(spec.name, restart, self.n))
         build = _core.share_hermite if spec.name == "hermite" else _core.share_leapfrog
         step = ([run_params["eta"], run_params["eta_s"], run_params["dt_max"]] if spec.name == "hermite"
                 else [run_params["dt"]])
@@ -208,23 +209,6 @@ class MpiCollectives:
     def alltoallv(self, send: np.ndarray, send_counts: np.ndarray, recv: np.ndarray,
                   recv_counts: np.ndarray) -> None:
         self.comm.Alltoallv([send, send_counts], [recv, recv_counts])
-
-
-def _agreed(comm: Any, work: Callable[[], Any]) -> Any:
-    """``work()`` on every rank; when it raised on any, an error on every rank (the rank's
-    own, or a ValueError naming the ranks that refused), so that no rank goes on to a
-    collective that another never enters. Collective: one small allgather."""
-    try:
-        result, problem = work(), None
-    except Exception as exc:  # noqa: BLE001 - re-raised below, on this rank and the others
-        result, problem = exc, f"{type(exc).__name__}: {exc}"
-    problems = comm.allgather(problem)
-    if problem is not None:
-        raise result
-    failed = [f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
-    if failed:
-        raise ValueError("another rank refused its share: " + "; ".join(failed))
-    return result
 
 
 def _check_share(pos: Any, vel: Any, mass: Any, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
