@@ -1,9 +1,10 @@
-"""Direct summation over the ranks of a communicator, j-parallel (PARNASS, seed 001;
-phiGRAPE): every rank holds all particles and runs the same integrator, its pipeline holds
-one contiguous slice of the j-particles (N/P each), and the partial forces of the slices
-are summed in rank order on every rank. Host work (predict, correct, schedule) is
-replicated; forces, the O(N^2) part, are split. A run is deterministic for a given number
-of ranks; different rank counts differ within the pipeline's precision bound.
+"""One direct-summation force evaluation over the ranks of a communicator, j-parallel
+(PARNASS, seed 001): every rank is handed the same particles, its pipeline holds one
+contiguous slice of the j-particles (N/P each), and the partial forces of the slices are
+summed in rank order on every rank, so every rank gets the same bits. For measurements (the
+performance model's two-rank probe, benchmarks/mpi_scaling.py) and callers that hold all
+particles on every rank; runs over ranks keep N/P particles a rank instead
+(:mod:`gravpipe.parallel.direct_share`).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ def ordered_sum(comm: Any) -> Callable[[np.ndarray, np.ndarray, np.ndarray], Non
 
 
 class JParallelGravity:
-    """The force source of gravity="direct" on several ranks (what the gravity table builds
-    when a run has a communicator): a local :class:`Pipeline` for this rank's j-slice behind
-    ``_core.JParallelForces``. Offers what a Simulation reads of a Pipeline (backend, isa,
-    threads, stats, provider); ``stats.seconds_comm`` is the reduction's wall time."""
+    """Direct summation split over several ranks, each handed all particles: a local
+    :class:`Pipeline` for this rank's j-slice behind ``_core.JParallelForces`` (backend,
+    isa, threads, stats, provider, as a Pipeline offers); ``stats.seconds_comm`` is the
+    reduction's wall time."""
 
     def __init__(self, comm: Any, eps: float, G: float, backend: str, precision: str, threads: int | None):
         self.comm = comm
@@ -64,16 +65,3 @@ class JParallelGravity:
     @property
     def threads(self) -> int | None:
         return self.local.threads
-
-    def potential(self, pos: np.ndarray, mass: np.ndarray, eps: float, G: float) -> np.ndarray:
-        """float64 potentials (N,) of all particles, self excluded, split over the ranks like
-        the forces (each rank sums its j-slice in double precision)."""
-        exact = Pipeline(backend=self.backend, precision="double", eps=eps, G=G,
-                         **({"threads": self.threads} if self.backend == "cpu" else {}))
-        split = _core.JParallelForces(exact.provider, self.comm.Get_rank(), self.comm.Get_size(), self._reduce)
-        n = len(mass)
-        pos, mass = np.ascontiguousarray(pos, np.float64), np.ascontiguousarray(mass, np.float64)
-        acc, pot = np.empty((n, 3)), np.empty(n)
-        split.set_j(pos, mass, None)
-        split.forces(pos, None, np.arange(n, dtype=np.int64), acc, pot, None)
-        return pot
