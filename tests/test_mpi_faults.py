@@ -4,7 +4,8 @@
   set is whole, and a resume from it on the same ranks reproduces the uninterrupted run
   bit for bit;
 - a rank that runs out of memory (a real allocation failure under RLIMIT_AS) ends every
-  rank within seconds with one line naming the rank and the cause.
+  rank within seconds with one line naming the rank and the cause;
+- a mistake every rank makes alike (an option, a model, a missing file) is said once.
 
 Skipped when mpi4py or mpiexec is missing (``pip install 'gravpipe[mpi]'``).
 """
@@ -105,3 +106,17 @@ def test_a_rank_out_of_memory_ends_every_rank_with_one_line_naming_it(tmp_path):
     ours = [line for line in r.stderr.splitlines() if line.startswith("gravpipe run:")]
     assert ours == [ours[0]] and "error on rank 1 of 2: out of memory" in ours[0], r.stderr[-2000:]
     assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--gravity", "tree", "--backend", "cuda", "-n", "1000"], "backend='cuda': the tree over MPI ranks"),
+    (["--ic", "uniform-sphere", "-n", "1000"], "model 'uniform-sphere' cannot be drawn block by block"),
+    (["missing.h5"], "snapshot file not found: missing.h5"),
+])
+def test_a_mistake_every_rank_makes_is_said_once(tmp_path, args, words):
+    """Every rank finds the same mistake: exit 2 with one line, no launcher abort."""
+    r = subprocess.run([mpiexec(), "-n", "2", GRAVPIPE, "run", *args, "--t-end", "1/64", "--no-progress"],
+                       cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gravpipe run: error: {words}"), r.stderr

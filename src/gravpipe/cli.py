@@ -929,15 +929,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     except _Terminated:
         raise  # every rank got the signal (mpiexec forwards it): each unwinds and exits itself
     except BaseException as exc:  # noqa: BLE001 - any failure on one rank must stop them all
-        # the other ranks would otherwise wait forever in the next collective; an error every
-        # rank raised alike (a set not written, ranks that disagree) is said once, by rank 0
-        if not getattr(exc, "on_every_rank", False):
-            print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {_rank_error_text(exc)}",
-                  file=sys.stderr, flush=True)
-        elif parallel.is_root(comm):  # its text names the rank it came from
-            print(f"gravpipe run: error: {_rank_error_text(exc)}", file=sys.stderr, flush=True)
-        comm.Abort(EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError, StoreError)) else 1)
-        raise
+        code = EXIT_USER_ERROR if isinstance(exc, (UserError, ValueError, OSError, StoreError)) else 1
+        if getattr(exc, "on_every_rank", False):  # every rank raised it alike: each ends, rank 0 says it
+            if parallel.is_root(comm):
+                print(f"gravpipe run: error: {_rank_error_text(exc)}", file=sys.stderr, flush=True)
+            return code
+        if getattr(exc, "known_to_every_rank", False):  # each ends; the rank that failed says why
+            if not getattr(exc, "said_by_another_rank", False):
+                print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: "
+                      f"{_rank_error_text(exc)}", file=sys.stderr, flush=True)
+            return code
+        # the other ranks would otherwise wait forever in the next collective
+        print(f"gravpipe run: error on rank {comm.Get_rank()} of {comm.Get_size()}: {_rank_error_text(exc)}",
+              file=sys.stderr, flush=True)
+        comm.Abort(code)
+        os._exit(code)  # MPICH's Abort can return before the launcher ends this rank: no second line
 
 
 def _rank_error_text(exc: BaseException) -> str:

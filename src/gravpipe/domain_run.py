@@ -81,7 +81,7 @@ class DomainRun(RunLoop):
 
         comm = _ranks(comm)
         b, e = gio.file_share(int(n), comm.Get_rank(), comm.Get_size())
-        share = ic.model_share(model, int(n), seed, b, e)
+        share = consistency.agreed(comm, lambda: ic.model_share(model, int(n), seed, b, e))
         run = cls.__new__(cls)
         run._setup(comm, share, int(n), {"initial conditions": f"{model} n={n} seed={seed}"}, kwargs)
         return run
@@ -91,7 +91,7 @@ class DomainRun(RunLoop):
         """A run of a snapshot's (or a set's) particles, each rank reading its share block-wise;
         ``t0`` defaults to the file's time."""
         comm = _ranks(comm)
-        got = gio.read_share(path, comm.Get_rank(), comm.Get_size())
+        got = consistency.agreed(comm, lambda: gio.read_share(path, comm.Get_rank(), comm.Get_size()))
         if kwargs.get("t0") is None:
             kwargs["t0"] = got.time
         share = {"pos": got.pos, "vel": got.vel, "mass": got.mass, "id": got.ids}
@@ -104,24 +104,8 @@ class DomainRun(RunLoop):
                restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
         self.comm = comm
         self._n = int(n_total)
-        if self._n < 2:
-            raise ValueError(f"a run over {comm.Get_size()} MPI ranks needs at least 2 particles, got {self._n}")
-        kind, gparams = gravity_registry.resolve(kw.get("gravity") or "direct", {"theta": kw.get("theta")})
-        spec, params = integrators.resolve(kw.get("integrator") or kind.default_integrator,
-                                           {k: kw.get(k) for k in ("eta", "eta_s", "dt_max", "dt")})
-        if spec.needs_jerk and not kind.delivers_jerk:
-            raise ValueError(f"gravity={kind.name!r} needs the leapfrog ({spec.name} needs jerks, which the "
-                             f"{kind.name} solver does not compute)")
-        backend = kw.get("backend") or "auto"
-        if backend == "cuda" and kind.name == "tree":
-            raise ValueError("backend='cuda': the tree over MPI ranks evaluates its lists on the CPU only; use "
-                             "backend='cpu' or one process")
-        resolve_backend(backend)  # an unknown backend name is still an error
-        eps = check_positive_scalar("eps", kw.get("eps", 1 / 64))
-        G, precision = float(kw.get("G", 1.0)), kw.get("precision") or "mixed"
-        t0 = float(kw.get("t0") or 0.0)
-        if not math.isfinite(t0):
-            raise ValueError(f"t0: must be finite, got {t0!r}")
+        kind, gparams, spec, params, backend, eps, G, precision, t0 = consistency.agreed(
+            comm, lambda: _checked_options(self._n, comm.Get_size(), kw))
         threads = kw.get("threads")
         if _runs_on_cpu_threads(kind.name, backend):
             threads = parallel.threads_per_rank(comm) if threads is None else int(threads)
@@ -346,6 +330,30 @@ class DomainRun(RunLoop):
                    restart=(config, state, history))
         run._run_dir = Path(out).resolve()
         return run
+
+
+def _checked_options(n: int, ranks: int, kw: dict[str, Any]) -> tuple:
+    """The run's options checked (the same on every rank): (gravity kind, its parameters,
+    integrator spec, its parameters, backend, eps, G, precision, t0)."""
+    if n < 2:
+        raise ValueError(f"a run over {ranks} MPI ranks needs at least 2 particles, got {n}")
+    kind, gparams = gravity_registry.resolve(kw.get("gravity") or "direct", {"theta": kw.get("theta")})
+    spec, params = integrators.resolve(kw.get("integrator") or kind.default_integrator,
+                                       {k: kw.get(k) for k in ("eta", "eta_s", "dt_max", "dt")})
+    if spec.needs_jerk and not kind.delivers_jerk:
+        raise ValueError(f"gravity={kind.name!r} needs the leapfrog ({spec.name} needs jerks, which the "
+                         f"{kind.name} solver does not compute)")
+    backend = kw.get("backend") or "auto"
+    if backend == "cuda" and kind.name == "tree":
+        raise ValueError("backend='cuda': the tree over MPI ranks evaluates its lists on the CPU only; use "
+                         "backend='cpu' or one process")
+    resolve_backend(backend)  # an unknown backend name is still an error
+    eps = check_positive_scalar("eps", kw.get("eps", 1 / 64))
+    G, precision = float(kw.get("G", 1.0)), kw.get("precision") or "mixed"
+    t0 = float(kw.get("t0") or 0.0)
+    if not math.isfinite(t0):
+        raise ValueError(f"t0: must be finite, got {t0!r}")
+    return kind, gparams, spec, params, backend, eps, G, precision, t0
 
 
 def _check_range(share: Share, precision: str) -> None:

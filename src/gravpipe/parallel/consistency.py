@@ -52,17 +52,26 @@ def check_same_on_all_ranks(comm: Any, facts: Mapping[str, str]) -> None:
 def agreed(comm: Any, work: Callable[[], Any]) -> Any:
     """``work()`` on every rank; when it raised on any, an error on every rank (the rank's
     own, or a ValueError naming the ranks that refused), so that no rank goes on to a
-    collective that another never enters. Collective: one small allgather."""
+    collective that another never enters. The errors are marked ``known_to_every_rank``;
+    one that every rank raised alike (a bad option, a missing file) ``on_every_rank``, the
+    refusal on the ranks that did not fail ``said_by_another_rank``. Collective: one small
+    allgather."""
     try:
         result, problem = work(), None
     except Exception as exc:  # noqa: BLE001 - re-raised below, on this rank and the others
         result, problem = exc, f"{type(exc).__name__}: {exc}"
     problems = comm.allgather(problem)
     if problem is not None:
+        # every rank knows of it (gravpipe run ends them without an abort): said once by
+        # rank 0 when every rank raises it alike, else by each rank that raised it
+        result.known_to_every_rank = True
+        result.on_every_rank = all(p == problem for p in problems)
         raise result
     failed = [f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
     if failed:
-        raise ValueError("another rank refused its share: " + "; ".join(failed))
+        error = ValueError("another rank refused its share: " + "; ".join(failed))
+        error.known_to_every_rank = error.said_by_another_rank = True
+        raise error
     return result
 
 
