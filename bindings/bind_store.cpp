@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -345,10 +346,19 @@ void bind_store(nb::module_& m) {
   m.def("store_sort_by_curve",
         [](StoreBox& b, const std::vector<std::string>& carried, std::uint64_t buffer_bytes, int threads,
            std::optional<std::tuple<double, double, std::array<double, 3>, std::array<double, 3>>> kick_drift,
-           bool overlap_reads, StreamedBuildBox* tree) {
+           bool overlap_reads, StreamedBuildBox* tree,
+           std::optional<std::tuple<std::array<double, 3>, std::array<double, 3>>> frame, bool write_keys) {
           ParticleStore& s = b.get();
           StoreSortConfig config{carried, buffer_bytes, threads > 0 ? threads : omp_get_max_threads()};
           config.overlap_reads = overlap_reads;
+          config.write_keys = write_keys;
+          if (frame) {
+            const auto& [lo, hi] = *frame;
+            for (int a = 0; a < 3; ++a)
+              if (!std::isfinite(lo[a]) || !std::isfinite(hi[a]) || !(hi[a] >= lo[a]))
+                throw InputError("store sort: the frame's corners must be finite with hi >= lo");
+            config.frame = curve_box(lo.data(), hi.data());
+          }
           if (kick_drift) {
             const auto& [h, dt, lo, hi] = *kick_drift;
             SortKickDrift k{h, dt, {}};
@@ -366,14 +376,15 @@ void bind_store(nb::module_& m) {
         },
         nb::arg("store"), nb::arg("carried"), nb::arg("buffer_bytes"), nb::arg("threads") = 0,
         nb::arg("kick_drift").none() = nb::none(), nb::arg("overlap_reads") = true,
-        nb::arg("tree").none() = nb::none(),
+        nb::arg("tree").none() = nb::none(), nb::arg("frame").none() = nb::none(), nb::arg("write_keys") = true,
         "Sort the store into curve order by (key, index) through its twin fields (store_sort.hpp): the "
         "pieces a step of the paged leapfrog assembles, for tests and benchmarks. kick_drift (h, dt, lo, hi): "
         "vel += h acc, pos += dt vel as the runs are read, keyed in the frame of the predicted bounds [lo, hi] of "
         "the drifted positions; 'kick_drift_applied' is False (and the store unchanged) when the prediction "
         "missed. overlap_reads: with several runs, the next run is read on a loader thread meanwhile (shorter "
         "runs; the same bits). tree (a StreamedTreeBuild): builds the out-of-core tree's cells from the "
-        "particles as the sort writes them.");
+        "particles as the sort writes them. frame (lo (3,), hi (3,)): key in the cube over this box (curve_box, as "
+        "DomainTree's frame_lo/frame_hi) instead of the positions' own.");
   m.def("sort_run_bytes_per_particle", &sort_run_bytes_per_particle, nb::arg("kick_drift"),
         nb::arg("overlap_reads") = false,
         "Sort buffer bytes a particle of a run takes (one run needs n times this with overlap_reads False; "

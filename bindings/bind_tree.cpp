@@ -14,6 +14,8 @@
 
 #include "gravpipe/curve_order.hpp"
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_domain_tree.hpp"
+#include "gravpipe/paged_kick.hpp"
 #include "gravpipe/paged_tree.hpp"
 #include "gravpipe/tree.hpp"
 #include "gravpipe/tree_essential.hpp"
@@ -88,6 +90,18 @@ DomainBox box_from(const Box& b) {
 
 /// The out-of-core tree with the store it reads (StoreBound).
 using PagedTreeBox = bindings::StoreBound<PagedTree>;
+using PagedDomainTreeBox = bindings::StoreBound<PagedDomainTree>;
+
+nb::object box_to_numpy(const DomainBox& d) {
+  return to_numpy(std::vector<double>{d.lo[0], d.lo[1], d.lo[2], d.hi[0], d.hi[1], d.hi[2], d.a_min}, {7});
+}
+
+nb::tuple piece_to_numpy(EssentialPiece&& p) {
+  const std::size_t nc = p.n_cells(), np = p.n_particles();
+  return nb::make_tuple(to_numpy(std::move(p.cells), {nc, std::size_t{kPieceCellDoubles}}),
+                        to_numpy(std::move(p.links), {nc, std::size_t{kPieceCellInts}}),
+                        to_numpy(std::move(p.particles), {np, std::size_t{kPieceParticleDoubles}}));
+}
 
 void check_columns(std::size_t got, std::size_t want, const char* name) {
   if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
@@ -114,10 +128,7 @@ void bind_domain_tree(nb::module_& m) {
            nb::arg("frame_hi").none() = nb::none(),
            "frame_lo, frame_hi (3,): the global box whose cube the octree divides (every rank the same)")
       .def("domain",
-           [](const DomainTree& t) {
-             const DomainBox d = t.domain();
-             return to_numpy(std::vector<double>{d.lo[0], d.lo[1], d.lo[2], d.hi[0], d.hi[1], d.hi[2], d.a_min}, {7});
-           },
+           [](const DomainTree& t) { return box_to_numpy(t.domain()); },
            "This rank's domain: float64 (7,) = lo (3), hi (3), smallest old |a| (0: none).")
       .def("export_for",
            [](const DomainTree& t, Box box) {
@@ -126,10 +137,7 @@ void bind_domain_tree(nb::module_& m) {
                nb::gil_scoped_release release;
                p = t.export_for(box_from(box));
              }
-             const std::size_t nc = p.n_cells(), np = p.n_particles();
-             return nb::make_tuple(to_numpy(std::move(p.cells), {nc, std::size_t{kPieceCellDoubles}}),
-                                   to_numpy(std::move(p.links), {nc, std::size_t{kPieceCellInts}}),
-                                   to_numpy(std::move(p.particles), {np, std::size_t{kPieceParticleDoubles}}));
+             return piece_to_numpy(std::move(p));
            },
            nb::arg("domain"),
            "The locally essential piece for a receiver's domain (7,): (cells (c,19) float64, links (c,4) int64, "
@@ -161,9 +169,78 @@ void bind_domain_tree(nb::module_& m) {
       .def("stats", [](const DomainTree& t) { return tree_stats_dict(t.stats()); });
 }
 
+void bind_paged_domain_tree(nb::module_& m) {
+  nb::class_<PagedDomainTreeBox>(m, "PagedDomainTree")
+      .def("__init__",
+           [](PagedDomainTreeBox* self, bindings::StoreBox& box, Box own, double eps, double G, double theta,
+              bool quadrupole, double quad_tol, int n_leaf, int n_crit, int threads, const std::string& precision,
+              const std::string& isa, std::uint64_t keep_free) {
+             const TreeParams p = params_from(eps, G, theta, quadrupole, quad_tol, n_leaf, n_crit, 0.0, threads,
+                                              precision, true, isa);
+             const DomainBox d = box_from(own);
+             nb::gil_scoped_release release;
+             new (self) PagedDomainTreeBox(box, p, keep_free, d);
+           },
+           nb::arg("store"), nb::arg("own"), nb::arg("eps"), nb::arg("G"), nb::arg("theta"), nb::arg("quadrupole"),
+           nb::arg("quad_tol"), nb::arg("n_leaf"), nb::arg("n_crit"), nb::arg("threads"), nb::arg("precision"),
+           nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::keep_alive<1, 2>(),
+           "The locally essential tree of a rank out of core: the store's particles sorted in the ranks' shared "
+           "frame (store_sort_by_curve's frame) with their keys; own (7,): the box of their positions (lo, hi, 0).")
+      .def("domain", [](const PagedDomainTreeBox& t) { return box_to_numpy(t.get().domain()); })
+      .def("export_for",
+           [](const PagedDomainTreeBox& t, Box box) {
+             EssentialPiece p;
+             {
+               nb::gil_scoped_release release;
+               p = t.get().export_for(box_from(box));
+             }
+             return piece_to_numpy(std::move(p));
+           },
+           nb::arg("domain"), "The piece for a receiver's domain (7,), as DomainTree.export_for.")
+      .def("graft",
+           [](PagedDomainTreeBox& t, Rows cells, LinkRows links, Rows particles, Counts cells_per_piece,
+              Counts particles_per_piece) {
+             check_columns(cells.shape(1), kPieceCellDoubles, "cells");
+             check_columns(links.shape(1), kPieceCellInts, "links");
+             check_columns(particles.shape(1), kPieceParticleDoubles, "particles");
+             nb::gil_scoped_release release;
+             t.get().graft({span_of(cells), span_of(links), span_of(particles), span_of(cells_per_piece),
+                            span_of(particles_per_piece)});
+           },
+           nb::arg("cells"), nb::arg("links"), nb::arg("particles"), nb::arg("cells_per_piece"),
+           nb::arg("particles_per_piece"), "Graft the received pieces (in sender order), as DomainTree.graft.")
+      .def("forces",
+           [](PagedDomainTreeBox& t, const std::string& acc_field, const std::string& pot_field,
+              const std::string& cost_field, std::optional<double> kick_h, double time) {
+             nb::gil_scoped_release release;
+             PagedDomainTree& tree = t.get();
+             // the closing kick vel += h acc rides on the walk; without one the forces are
+             // only checked finite (a run's first evaluation)
+             PagedClosingKick kick(t.store(), kick_h.value_or(0.0), time, tree.tree().threads(), 0, 0,
+                                   kick_h.has_value());
+             tree.forces(acc_field, pot_field, cost_field,
+                         [&kick](std::int64_t b, std::int64_t n, const double* acc, const double* pot) {
+                           kick(b, n, acc, pot);
+                         });
+             kick.throw_if_bad();
+           },
+           nb::arg("acc_field") = "acc", nb::arg("pot_field") = "pot", nb::arg("cost_field") = "",
+           nb::arg("kick_h").none() = nb::none(), nb::arg("time") = 0.0,
+           "Self-gravity of the store's particles into its fields (cost_field: int64 interactions a particle); "
+           "kick_h: vel += kick_h acc as each run's results come (IntegrationError naming a particle whose "
+           "force is not finite, at `time`).")
+      .def_prop_ro("imported_particles", [](const PagedDomainTreeBox& t) { return t.get().imported_particles(); })
+      .def_prop_ro("top_cells", [](const PagedDomainTreeBox& t) { return t.get().top_cells(); })
+      .def_prop_ro("graft_bytes", [](const PagedDomainTreeBox& t) { return t.get().graft_bytes(); })
+      .def_prop_ro("cell_count", [](const PagedDomainTreeBox& t) { return t.get().tree().cell_count(); })
+      .def_prop_ro("cell_cache_bytes", [](const PagedDomainTreeBox& t) { return t.get().tree().cell_cache_bytes(); })
+      .def("stats", [](const PagedDomainTreeBox& t) { return tree_stats_dict(t.get().stats()); });
+}
+
 }  // namespace
 
 void bind_tree(nb::module_& m) {
+  bind_paged_domain_tree(m);
   nb::class_<Tree>(m, "Tree")
       .def("__init__",
            [](Tree* self, CVec3 pos, CScalars mass, double eps, double G, double theta, bool quadrupole,

@@ -207,6 +207,7 @@ class PagedCellReader {
     const PagedCellMoments& m = *moments_at(page, k);
     return {w.cx, w.cy, w.cz, m.m, m.qxx, m.qxy, m.qxz, m.qyy, m.qyz, m.qzz, m.qtr};
   }
+  std::int32_t root() const { return 0; }
   /// The relative criterion (alpha > 0) is refused out of core (PagedTree): never asked.
   double mass_size2(std::int32_t k) const;
   PagedCellRecord record(std::int64_t k) const {

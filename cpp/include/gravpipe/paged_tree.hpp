@@ -68,8 +68,15 @@ class PagedTree {
   int prefetch_runs() const { return prefetch_runs_; }
 
   const TreeStats& stats() const { return stats_; }
+  TreeStats& stats() { return stats_; }
   Isa isa() const { return isa_; }
   std::int64_t cell_count() const { return cells_->count(); }
+  /// The cells and the self-gravity groups (for the domain tree, paged_domain_tree.hpp).
+  const PagedCells& cells() const { return *cells_; }
+  const std::vector<Group>& groups() const { return groups_; }
+  /// Give up to `bytes` of the cell cache's frames back to the budget (at least the fewest
+  /// frames stay): room for what the domain tree imports. Returns the bytes given back.
+  std::uint64_t shrink_cell_cache(std::uint64_t bytes);
   /// Bytes of the cell cache's frames (charged to the store's budget).
   std::uint64_t cell_cache_bytes() const;
   /// Page traffic of the cell tables since the build began.

@@ -108,6 +108,10 @@ struct StoreSortConfig {
   /// step_frame(drift_origin, their bounds), the in-core leapfrog's frame; without it, in
   /// their own bounding cube.
   std::optional<AxisBounds> drift_origin;
+  /// The cube the keys divide, when it is given rather than made from the bounds: one that
+  /// every MPI rank shares (paged_domain_tree.hpp), so that each rank's tree is cells of one
+  /// octree. Every position must lie in it (curve_key clamps what does not).
+  std::optional<CurveBox> frame;
   /// Runs already in the twins: with a kick-drift of the same h and dt whose frame (from the
   /// predicted bounds) is theirs, and drifted bounds that give that frame too, the sort goes
   /// straight to its merge (StoreSortStats::presorted_used); otherwise it makes its own.

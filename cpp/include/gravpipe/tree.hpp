@@ -145,6 +145,8 @@ struct TreeNodes {
 //   WalkCell walk(std::int32_t k) const;      what the walk reads (one cache line)
 //   CellTerms terms(std::int32_t k) const;    what gathering and local expansions read
 //   double mass_size2(std::int32_t k) const;  M l^2, for the relative criterion
+//   std::int32_t root() const;                where every walk starts (0 but in a tree whose
+//                                             top cells come after its body: tree_essential.hpp)
 // used by one thread at a time; an evaluation asks the shared cells for one accessor per
 // thread with reader(). The in-core one reads TreeNodes' arrays (inlined: nothing to pay).
 
@@ -175,6 +177,7 @@ class InCoreCells {
     const auto c = static_cast<std::size_t>(k);
     return t_->mass[c] * t_->size[c] * t_->size[c];
   }
+  std::int32_t root() const { return 0; }
   InCoreCells reader() const { return *this; }
 
  private:

@@ -14,7 +14,10 @@
 // missing contribution.
 //
 // Pieces are flat arrays that go into MPI buffers as they are:
-//   cells      kPieceCellDoubles float64 per cell (kPieceCol* below)
+//   cells      kPieceCellDoubles float64 per cell (kPieceCol* below); the box columns
+//              (lo, hi, size) are the piece root's box on its first row and 0 on the
+//              others: only the synthetic cells above the roots are made from boxes, and
+//              the out-of-core tree keeps no box in its cell records
 //   links      kPieceCellInts int64 per cell: first child (index in the piece, -1 for a
 //              leaf), child count, particle range [begin, end) in the piece's particles
 //              (kPrunedRange, kPrunedRange for a pruned cell)
@@ -63,6 +66,14 @@ struct EssentialPiece {
 template <class Particles>
 EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const DomainBox& d, const MacParams& mac);
 
+class PagedCells;
+class PagedParticles;
+/// The same piece from an out-of-core tree (paged_domain_tree.hpp): its cells in pages,
+/// its particles p in the store's curve order, `own` the box of all of them (the root's).
+/// Byte for byte the piece export_essential makes from the in-core tree of those particles.
+EssentialPiece export_essential_paged(const PagedCells& cells, const PagedParticles& p, const DomainBox& own,
+                                      const DomainBox& d, const MacParams& mac);
+
 /// Pieces as they arrive, concatenated in sender order: for sender s, cells_per_piece[s]
 /// cells and particles_per_piece[s] particles (either may be 0: nothing from s).
 struct ReceivedPieces {
@@ -81,6 +92,15 @@ struct GraftedTree {
   std::vector<std::int32_t> local_index;
 };
 GraftedTree graft_tree(const TreeNodes& local, const ReceivedPieces& in, double theta, double quad_tol, int threads);
+
+/// graft_tree's top over a local tree that stays in its pages (paged_domain_tree.hpp):
+/// `root` is the local root alone (one cell: moments, box, first_child the paged index of
+/// its first child, n_children, particles [0, n_local)); the result is every grafted cell
+/// but the paged ones below the root, each numbered `base` (the paged cells' count) plus its
+/// index here, the local root's stand-in among them. The walk over the paged cells and
+/// these (paged_graft_view.hpp) visits the cells graft_tree's would, in the same order.
+TreeNodes graft_over(const TreeNodes& root, std::int32_t base, const ReceivedPieces& in, double theta, double quad_tol,
+                     int threads);
 
 /// The tree of one rank: its own particles (a local tree), then, after graft(), the
 /// pieces of the others under synthetic cells. Forces are on the own particles only.

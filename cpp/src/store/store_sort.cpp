@@ -112,9 +112,10 @@ AxisBounds store_bounds(ParticleStore& s, std::int64_t block, std::vector<double
   return bounds;
 }
 
-/// The frame of positions with these bounds: a step's (step_frame) after a drift, else
-/// their bounding cube.
+/// The frame of positions with these bounds: the one given, else a step's (step_frame)
+/// after a drift, else their bounding cube.
 CurveBox frame_of(const StoreSortConfig& c, const AxisBounds& bounds) {
+  if (c.frame) return *c.frame;
   return c.drift_origin ? step_frame(*c.drift_origin, bounds) : bounds.cube();
 }
 

@@ -122,6 +122,15 @@ std::uint64_t PagedTree::copy_allowance(std::int64_t n_crit, std::int64_t n_leaf
   return static_cast<std::uint64_t>(held) * 4 * sizeof(double);
 }
 
+std::uint64_t PagedTree::shrink_cell_cache(std::uint64_t bytes) {
+  const auto page = static_cast<std::uint64_t>(store_.page_bytes());
+  const std::int64_t want = static_cast<std::int64_t>((bytes + page - 1) / page);
+  const std::int64_t frames = std::max(PagedCells::least_frames(threads_), cells_->frames() - want);
+  const std::int64_t given = cells_->frames() - frames;
+  if (given > 0) cells_->set_frames(frames);
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(given, 0)) * page;
+}
+
 void PagedTree::set_prefetch_runs(int runs) {
   if (runs < 0) throw InputError("out-of-core tree: prefetch_runs must be >= 0, got " + std::to_string(runs));
   prefetch_runs_ = runs;

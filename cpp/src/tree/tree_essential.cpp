@@ -1,21 +1,19 @@
 // Export of a locally essential piece (tree_essential.hpp): a breadth-first walk of the
 // local tree against the receiver's domain box with the walks' own Acceptor, so that
-// children stay contiguous after their parent in the piece, as in every TreeNodes.
+// children stay contiguous after their parent in the piece, as in every TreeNodes. The
+// same walk serves the in-core tree (TreeNodes) and the out-of-core one (paged cells).
 #include "gravpipe/tree_essential.hpp"
 
 #include <algorithm>
 #include <climits>
 
+#include "gravpipe/paged_cells.hpp"
+#include "gravpipe/paged_particles.hpp"
 #include "tree_mac.hpp"
 
 namespace gravpipe {
 
 namespace {
-
-/// Cell k's moments as one row of a piece's cells.
-void put_cell_row(const TreeNodes& t, std::int32_t k, std::vector<double>& cells) {
-  for (const CellColumn col : kPieceColumns) cells.push_back((t.*col)[k]);
-}
 
 void put_links(std::vector<std::int64_t>& links, std::int64_t first_child, std::int64_t n_children,
                std::int64_t begin, std::int64_t end) {
@@ -23,63 +21,101 @@ void put_links(std::vector<std::int64_t>& links, std::int64_t first_child, std::
   links.insert(links.end(), row, row + kPieceCellInts);
 }
 
-}  // namespace
+/// The root's box in a piece row: lo (3), hi (3), size, at kPieceColumns' places 4..10.
+void put_box(double* row, const double lo[3], const double hi[3]) {
+  for (int a = 0; a < 3; ++a) row[4 + a] = lo[a], row[7 + a] = hi[a];
+  row[10] = std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]});
+}
 
-template <class Particles>
-EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const DomainBox& d, const MacParams& mac) {
+/// The piece of the tree that `cells` (a cell accessor) reads, whose cell rows `row(k,
+/// out)` writes (kPieceCellDoubles values, the box left 0) and whose root's box is
+/// [lo, hi], for a receiver with domain d.
+template <class Cells, class Row, class Particles>
+EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles& p, const double lo[3],
+                            const double hi[3], const DomainBox& d, const MacParams& mac) {
   EssentialPiece out;
-  if (d.empty() || t.count() == 0) return out;
   // the receiver's domain as one group that excludes nothing: it holds none of our particles
   Group box;
   for (int a = 0; a < 3; ++a) box.lo[a] = d.lo[a], box.hi[a] = d.hi[a];
   box.a_min = d.a_min;
-  const InCoreCells cells(t);
-  const Acceptor<InCoreCells> acceptor(cells, box, mac);
-  std::vector<std::int32_t> queue{0};  // source cells in piece order (breadth first)
+  const Acceptor<Cells> acceptor(cells, box, mac);
+  std::vector<std::int32_t> queue{cells.root()};  // source cells in piece order (breadth first)
   for (std::size_t q = 0; q < queue.size(); ++q) {
     const std::int32_t k = queue[q];
-    put_cell_row(t, k, out.cells);
+    out.cells.resize(out.cells.size() + kPieceCellDoubles, 0.0);
+    row(k, &out.cells[out.cells.size() - kPieceCellDoubles]);
+    const WalkCell c = cells.walk(k);
     double d2 = 0;
-    if (acceptor.accepts(k, d2)) {
+    if (acceptor.accepts(k, c, d2)) {
       // every walk of the receiver accepts it too (its boxes lie inside d): no children
       put_links(out.links, -1, 0, kPrunedRange, kPrunedRange);
-    } else if (t.is_leaf(k)) {
+    } else if (c.first_child < 0) {
       put_links(out.links, -1, 0, 0, 0);  // an opened leaf: particles below
     } else {
-      put_links(out.links, static_cast<std::int64_t>(queue.size()), t.n_children[k], 0, 0);
-      for (std::int32_t c = t.first_child[k]; c < t.first_child[k] + t.n_children[k]; ++c) queue.push_back(c);
+      put_links(out.links, static_cast<std::int64_t>(queue.size()), c.n_children, 0, 0);
+      for (std::int32_t ch = c.first_child; ch < c.first_child + c.n_children; ++ch) queue.push_back(ch);
     }
   }
+  put_box(out.cells.data(), lo, hi);
   // the opened leaves' particles depth first, so that every cell's particles are one range
   std::vector<std::int64_t> stack{0};
   while (!stack.empty()) {
     const auto q = static_cast<std::size_t>(stack.back());
     stack.pop_back();
-    std::int64_t* row = &out.links[q * kPieceCellInts];
-    if (row[0] >= 0) {
-      for (std::int64_t c = row[0] + row[1] - 1; c >= row[0]; --c) stack.push_back(c);
-    } else if (row[2] != kPrunedRange) {
-      const std::int32_t k = queue[q];
-      row[2] = static_cast<std::int64_t>(out.n_particles());
-      row[3] = row[2] + (t.end[k] - t.begin[k]);
-      const ParticleBlock block = p.block(t.begin[k], t.end[k]);
-      for (std::int64_t i = t.begin[k]; i < t.end[k]; ++i)
+    std::int64_t* links = &out.links[q * kPieceCellInts];
+    if (links[0] >= 0) {
+      for (std::int64_t c = links[0] + links[1] - 1; c >= links[0]; --c) stack.push_back(c);
+    } else if (links[2] != kPrunedRange) {
+      const WalkCell c = cells.walk(queue[q]);
+      links[2] = static_cast<std::int64_t>(out.n_particles());
+      links[3] = links[2] + (c.end - c.begin);
+      const ParticleBlock block = p.block(c.begin, c.end);
+      for (std::int64_t i = c.begin; i < c.end; ++i)
         out.particles.insert(out.particles.end(), {block.x(i), block.y(i), block.z(i), block.m(i)});
+      p.done_with(block);
     }
   }
+  p.release_thread();
   // internal cells' particle ranges: the union of their children's (reverse: children first)
   for (std::size_t q = queue.size(); q-- > 0;) {
-    std::int64_t* row = &out.links[q * kPieceCellInts];
-    if (row[0] < 0) continue;
-    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (std::int64_t c = row[0]; c < row[0] + row[1]; ++c) {
+    std::int64_t* links = &out.links[q * kPieceCellInts];
+    if (links[0] < 0) continue;
+    std::int64_t r_lo = INT64_MAX, r_hi = INT64_MIN;
+    for (std::int64_t c = links[0]; c < links[0] + links[1]; ++c) {
       const std::int64_t* child = &out.links[static_cast<std::size_t>(c) * kPieceCellInts];
       if (child[2] == kPrunedRange || child[2] == child[3]) continue;  // nothing of it here
-      lo = std::min(lo, child[2]), hi = std::max(hi, child[3]);
+      r_lo = std::min(r_lo, child[2]), r_hi = std::max(r_hi, child[3]);
     }
-    row[2] = lo <= hi ? lo : 0, row[3] = lo <= hi ? hi : 0;
+    links[2] = r_lo <= r_hi ? r_lo : 0, links[3] = r_lo <= r_hi ? r_hi : 0;
   }
   return out;
+}
+
+}  // namespace
+
+template <class Particles>
+EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const DomainBox& d, const MacParams& mac) {
+  if (d.empty() || t.count() == 0) return {};
+  const auto row = [&t](std::int32_t k, double* out) {
+    for (int c = 0; c < kPieceCellDoubles; ++c)
+      if (c < 4 || c > 10) out[c] = (t.*kPieceColumns[c])[static_cast<std::size_t>(k)];
+  };
+  const double lo[3] = {t.lo_x[0], t.lo_y[0], t.lo_z[0]}, hi[3] = {t.hi_x[0], t.hi_y[0], t.hi_z[0]};
+  return export_piece(InCoreCells(t), row, p, lo, hi, d, mac);
+}
+
+EssentialPiece export_essential_paged(const PagedCells& cells, const PagedParticles& p, const DomainBox& own,
+                                      const DomainBox& d, const MacParams& mac) {
+  if (d.empty() || cells.count() == 0) return {};
+  const PagedCellReader reader = cells.reader();
+  const auto row = [&reader](std::int32_t k, double* out) {
+    const PagedCellRecord r = reader.record(k);
+    const double v[kPieceCellDoubles] = {r.moments.m, r.walk.cx, r.walk.cy, r.walk.cz, 0, 0, 0, 0, 0, 0, 0,
+                                         r.walk.r_open2, r.moments.qxx, r.moments.qxy, r.moments.qxz,
+                                         r.moments.qyy, r.moments.qyz, r.moments.qzz, r.moments.qtr};
+    std::copy(v, v + kPieceCellDoubles, out);
+  };
+  return export_piece(reader, row, p, own.lo, own.hi, d, mac);
 }
 
 template EssentialPiece export_essential<InCoreParticles>(const TreeNodes&, const InCoreParticles&, const DomainBox&,

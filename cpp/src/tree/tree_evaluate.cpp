@@ -7,6 +7,7 @@
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/tree.hpp"
+#include "paged_graft_view.hpp"
 #include "tree_kernel.hpp"
 #include "tree_runs.hpp"
 
@@ -103,6 +104,9 @@ template void GatheredList::gather<InCoreParticles, InCoreCells>(const Interacti
 template void GatheredList::gather<PagedParticles, PagedCellReader>(const InteractionList&, const PagedCellReader&,
                                                                    const PagedParticles&, bool, std::int64_t,
                                                                    std::int64_t, Precision, const double[3]);
+template void GatheredList::gather<GraftedPagedParticles, GraftedPagedCellReader>(
+    const InteractionList&, const GraftedPagedCellReader&, const GraftedPagedParticles&, bool, std::int64_t,
+    std::int64_t, Precision, const double[3]);
 
 void evaluate_group(const GatheredList& l, GroupSinks& s, std::size_t n_i, double eps2, Isa isa) {
   for (auto* v : {&s.ax, &s.ay, &s.az, &s.pot}) v->assign(n_i, 0.0);

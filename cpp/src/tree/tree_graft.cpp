@@ -4,9 +4,12 @@
 // small synthetic tree of fan-out kGraftFanOut; its cells come first (breadth first), then
 // each subtree's cells but its root, in their own order: children stay contiguous and
 // after their parent. Particle ranges are re-based onto the own particles followed by the
-// pieces' particles in sender order.
+// pieces' particles in sender order. graft_over makes the same top over a local tree that
+// stays in its pages: only the local root's row joins (a stand-in whose children are the
+// paged cells), and the top's own links are numbered after the paged cells.
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 #include <string>
 
 #include "gravpipe/error.hpp"
@@ -27,6 +30,7 @@ struct TopItem {
 /// A subtree's cells as views: the local tree, or one received piece.
 struct Subtree {
   const TreeNodes* local = nullptr;  // set for the local tree
+  bool stand_in = false;             // the local tree's root only: its children stay where they are
   const double* cells = nullptr;     // else: the piece's rows
   const std::int64_t* links = nullptr;
   std::size_t n_cells = 0;
@@ -54,7 +58,7 @@ void copy_cell(const Subtree& s, std::size_t k, TreeNodes& g) {
     fc = l[0], nc = l[1], b = l[2], e = l[3];
     for (int c = 0; c < kPieceCellDoubles; ++c) (g.*kPieceColumns[c])[dst] = s.cells[k * kPieceCellDoubles + c];
   }
-  g.first_child[dst] = fc < 0 ? -1 : static_cast<std::int32_t>(s.slot(fc));
+  g.first_child[dst] = fc < 0 || s.stand_in ? static_cast<std::int32_t>(fc) : static_cast<std::int32_t>(s.slot(fc));
   g.n_children[dst] = static_cast<std::int8_t>(nc);
   const bool pruned = b == kPrunedRange;
   g.begin[dst] = pruned ? kPrunedRange : s.particle_base + b;
@@ -81,11 +85,17 @@ void check_piece(const Subtree& s, std::size_t sender) {
 
 }  // namespace
 
-GraftedTree graft_tree(const TreeNodes& local, const ReceivedPieces& in, double theta, double quad_tol, int threads) {
+namespace {
+
+/// graft_tree's work; `stand_in`: local is the root row of a tree whose other cells stay in
+/// their pages, and the top's own links are numbered from `base` (graft_over).
+GraftedTree graft(const TreeNodes& local, bool stand_in, std::int64_t base, const ReceivedPieces& in, double theta,
+                  double quad_tol, int threads) {
   if (in.cells_per_piece.size() != in.particles_per_piece.size())
     throw InputError("graft: cells_per_piece and particles_per_piece differ in length");
   std::vector<Subtree> subtrees(1);
   subtrees[0].local = &local;
+  subtrees[0].stand_in = stand_in;
   subtrees[0].n_cells = local.count();
   subtrees[0].n_particles = local.count() ? local.end[0] : 0;
   std::size_t cell_at = 0, particle_at = 0;
@@ -138,15 +148,18 @@ GraftedTree graft_tree(const TreeNodes& local, const ReceivedPieces& in, double 
   }
   std::size_t total = top.size();
   for (Subtree& s : subtrees) s.body_base = total, total += s.n_cells - 1;
-  if (total > static_cast<std::size_t>(INT32_MAX)) throw InputError("graft: more cells than a tree can index");
+  if (total + static_cast<std::size_t>(base) > static_cast<std::size_t>(INT32_MAX))
+    throw InputError("graft: more cells than a tree can index");
 
   GraftedTree out;
   TreeNodes& g = out.nodes;
   resize_nodes(g, total);
   for (const Subtree& s : subtrees)
     for (std::size_t k = 0; k < s.n_cells; ++k) copy_cell(s, k, g);
-  out.local_index.resize(local.count());
-  for (std::size_t k = 0; k < local.count(); ++k) out.local_index[k] = static_cast<std::int32_t>(subtrees[0].slot(k));
+  if (!stand_in) {
+    out.local_index.resize(local.count());
+    for (std::size_t k = 0; k < local.count(); ++k) out.local_index[k] = static_cast<std::int32_t>(subtrees[0].slot(k));
+  }
   // synthetic cells: children first (a higher slot), so a reverse sweep finds them done
   std::size_t child_slot = 1;
   for (const auto& [slot, id] : synthetic_slots) {
@@ -162,8 +175,25 @@ GraftedTree graft_tree(const TreeNodes& local, const ReceivedPieces& in, double 
       if (g.begin[k] != kPrunedRange && g.begin[k] < g.end[k]) lo = std::min(lo, g.begin[k]), hi = std::max(hi, g.end[k]);
     g.begin[c] = lo <= hi ? lo : 0, g.end[c] = lo <= hi ? hi : 0;
   }
+  // the top's own links after the paged cells (the stand-in's point into them already)
+  if (base != 0)
+    for (std::size_t c = 0; c < total; ++c)
+      if (g.first_child[c] >= 0 && !(stand_in && c == subtrees[0].root_slot))
+        g.first_child[c] += static_cast<std::int32_t>(base);
   fill_walk_cells(g, theta, quad_tol, threads);
   return out;
+}
+
+}  // namespace
+
+GraftedTree graft_tree(const TreeNodes& local, const ReceivedPieces& in, double theta, double quad_tol, int threads) {
+  return graft(local, false, 0, in, theta, quad_tol, threads);
+}
+
+TreeNodes graft_over(const TreeNodes& root, std::int32_t base, const ReceivedPieces& in, double theta, double quad_tol,
+                     int threads) {
+  if (root.count() != 1) throw std::logic_error("graft_over: the local root is one cell");
+  return graft(root, true, base, in, theta, quad_tol, threads).nodes;
 }
 
 }  // namespace gravpipe

@@ -20,6 +20,7 @@
 #include "gravpipe/stopwatch.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
+#include "paged_graft_view.hpp"
 #include "store_results.hpp"
 #include "tree_local.hpp"
 
@@ -547,5 +548,8 @@ template GroupWork evaluate_groups<InCoreParticles, InCoreParticles, CallerResul
     int);
 template GroupWork evaluate_groups<PagedParticles, PagedParticles, StoreResults, PagedCells>(
     const GroupEvaluation<PagedParticles, PagedParticles, StoreResults, PagedCells>&, const std::vector<Group>&, int);
+template GroupWork evaluate_groups<GraftedPagedParticles, PagedParticles, StoreResults, GraftedPagedCells>(
+    const GroupEvaluation<GraftedPagedParticles, PagedParticles, StoreResults, GraftedPagedCells>&,
+    const std::vector<Group>&, int);
 
 }  // namespace gravpipe

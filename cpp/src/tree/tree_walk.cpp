@@ -7,6 +7,7 @@
 #include "gravpipe/tree.hpp"
 #include "gravpipe/paged_cells.hpp"
 #include "octree_split.hpp"
+#include "paged_graft_view.hpp"
 #include "tree_mac.hpp"
 
 namespace gravpipe {
@@ -66,7 +67,7 @@ void walk_group(const Cells& t, const Group& g, const MacParams& mac, Interactio
   std::vector<std::int32_t>& stack = out.stack;
   stack.clear();
   if (start.empty())
-    stack.push_back(0);
+    stack.push_back(t.root());
   else
     for (std::size_t q = start.size(); q-- > 0;) stack.push_back(start[q]);  // in order
   while (!stack.empty()) {
@@ -96,7 +97,7 @@ void walk_run(const Cells& t, const Group& run, Span<const Group> members, const
   member_acceptors.reserve(members.size());
   for (const Group& g : members) member_acceptors.emplace_back(t, g, mac);
   std::vector<std::int32_t>& stack = shared.stack;
-  stack.assign(1, 0);
+  stack.assign(1, t.root());
   while (!stack.empty()) {
     const std::int32_t k = stack.back();
     stack.pop_back();
@@ -129,6 +130,7 @@ void walk_run(const Cells& t, const Group& run, Span<const Group> members, const
                                 InteractionList&, std::vector<std::int32_t>&);
 GRAVPIPE_INSTANTIATE_WALKS(InCoreCells)
 GRAVPIPE_INSTANTIATE_WALKS(PagedCellReader)
+GRAVPIPE_INSTANTIATE_WALKS(GraftedPagedCellReader)
 #undef GRAVPIPE_INSTANTIATE_WALKS
 
 }  // namespace gravpipe
