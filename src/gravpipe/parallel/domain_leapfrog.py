@@ -185,7 +185,7 @@ class DomainLeapfrog:
         start positions would split every cell along a boundary that particles drift across."""
         comm = self.comm
         t0 = _now()
-        where = self._pos if dt == 0 else self._pos + dt * (self._vel + (0.5 * dt) * self._acc)
+        where = predicted(self._pos, self._vel, self._acc, dt)
         lo, hi = self._frame_of(where)
         keys = curve_keys(where, lo, hi, self.forces.threads)
         del where
@@ -219,24 +219,13 @@ class DomainLeapfrog:
         """The frame for every rank's positions (this rank's: pos (n, 3)): the kept one while
         it holds them all, else their box widened by FRAME_MARGIN (collective)."""
         with self.comm_clock:
-            lo, hi = global_frame(self.comm, pos)
-        if self._frame is not None and (lo >= self._frame[0]).all() and (hi <= self._frame[1]).all():
-            return self._frame
-        margin = FRAME_MARGIN * max(float((hi - lo).max()), 1e-300)
-        self._frame = (lo - margin, hi + margin)
+            self._frame = kept_frame(self.comm, self._frame, pos)
         return self._frame
 
     def _imbalance(self, owner: np.ndarray, cost: np.ndarray) -> float:
         """max / mean over the ranks of the summed cost each would hold with these owners."""
-        from mpi4py import MPI
-
-        ranks = self.comm.Get_size()
-        # integer costs, summed exactly (float64 below 2^53): the same on every rank in any order
-        mine = np.bincount(owner, weights=cost, minlength=ranks).astype(np.int64)
         with self.comm_clock:
-            self.comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
-        mean = mine.mean()
-        return float(mine.max() / mean) if mean > 0 else 1.0
+            return imbalance(self.comm, cost_by_owner(owner, cost, self.comm.Get_size()))
 
     # ---- forces ------------------------------------------------------------------------------
     def forces_now(self) -> None:
@@ -331,6 +320,41 @@ class DomainLeapfrog:
         walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
         return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
                              seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+
+def predicted(pos: np.ndarray, vel: np.ndarray, acc: np.ndarray, dt: float) -> np.ndarray:
+    """Where a step of ``dt`` drifts the particles (n, 3): x + dt (v + a dt / 2), the core's
+    kick and drift; the positions themselves for dt = 0."""
+    return pos if dt == 0 else pos + dt * (vel + (0.5 * dt) * acc)
+
+
+def kept_frame(comm: Any, frame: tuple[np.ndarray, np.ndarray] | None, pos: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The octree's frame (lo (3,), hi (3,)) for every rank's positions (this rank's: pos
+    (n, 3), or any rows whose box is theirs): ``frame`` while it holds them all, else their
+    box widened by FRAME_MARGIN of its extent on each side (collective)."""
+    lo, hi = global_frame(comm, pos)
+    if frame is not None and (lo >= frame[0]).all() and (hi <= frame[1]).all():
+        return frame
+    margin = FRAME_MARGIN * max(float((hi - lo).max()), 1e-300)
+    return lo - margin, hi + margin
+
+
+def cost_by_owner(owner: np.ndarray, cost: np.ndarray, ranks: int) -> np.ndarray:
+    """The summed cost (int64 (ranks,)) of the particles each rank would own."""
+    # integer costs, summed exactly (float64 below 2^53)
+    return np.bincount(owner, weights=cost, minlength=ranks).astype(np.int64)
+
+
+def imbalance(comm: Any, mine: np.ndarray) -> float:
+    """max / mean over the ranks of the summed cost each would hold, from every rank's
+    ``cost_by_owner`` (collective; integer sums: the same on every rank in any order)."""
+    from mpi4py import MPI
+
+    total = np.array(mine, np.int64)
+    comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+    mean = total.mean()
+    return float(total.max() / mean) if mean > 0 else 1.0
 
 
 def _now() -> float:

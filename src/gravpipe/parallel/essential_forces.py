@@ -144,7 +144,7 @@ class EssentialTreeForces:
             comm.Allgather(box, boxes)
         with clocks["export"]:
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
-        recv, essential = self._exchange(pieces, clocks["exchange"])
+        recv, essential = exchange_pieces(comm, pieces, clocks["exchange"])
         acc, pot, cost = np.empty((n, 3)), np.empty(n), np.empty(n, np.int64)
         self.tree_stats = TreeStats()
         if tree is not None:
@@ -165,49 +165,6 @@ class EssentialTreeForces:
         return Evaluation(acc, pot, cost, int(everyone[:, 1].sum()),
                           stages["build"] + stages["export"] + stages["graft"], seconds_comm, stages)
 
-    def _exchange(self, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
-                  ) -> tuple[tuple[np.ndarray, ...], int]:
-        """The essential pieces (one per destination rank, None: nothing) to their ranks, and
-        theirs to this one. Returns the graft arguments (cells, links, particles, cells per
-        sender, particles per sender) and the bytes this rank sent; the list is emptied.
-
-        Each piece goes out from its own arrays and each arrives straight into its place in
-        three receive arrays in sender order (the layout graft takes), by nonblocking
-        point-to-point messages: no send buffer joins the pieces, no arrival is copied."""
-        from mpi4py import MPI
-
-        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
-        sizes = np.zeros((ranks, 2), np.int64)  # cells, particles per destination
-        for r, p in enumerate(pieces):
-            if p is not None:
-                sizes[r] = len(p[0]), len(p[2])
-        got = np.empty((ranks, 2), np.int64)
-        with clock:
-            comm.Alltoall(sizes, got)
-        cells = np.empty((int(got[:, 0].sum()), _N_CELL))
-        links = np.empty((int(got[:, 0].sum()), _N_LINK), np.int64)
-        particles = np.empty((int(got[:, 1].sum()), _N_PARTICLE))
-        c_at = np.concatenate(([0], np.cumsum(got[:, 0])))
-        p_at = np.concatenate(([0], np.cumsum(got[:, 1])))
-        requests, sent = [], 0
-        with clock:
-            for r in range(ranks):
-                if r == me:
-                    continue
-                for k, (into, at) in enumerate(((cells, c_at), (links, c_at), (particles, p_at))):
-                    if at[r + 1] > at[r]:
-                        requests.append(comm.Irecv(into[at[r]:at[r + 1]], source=r, tag=k))
-            for r, p in enumerate(pieces):
-                if p is None:
-                    continue
-                for k, part in enumerate(p):
-                    if len(part):
-                        requests.append(comm.Isend(np.ascontiguousarray(part), dest=r, tag=k))
-                        sent += part.nbytes
-            MPI.Request.Waitall(requests)
-        pieces.clear()
-        return (cells, links, particles, np.ascontiguousarray(got[:, 0]), np.ascontiguousarray(got[:, 1])), sent
-
     def _count(self, everyone: np.ndarray, seconds_comm: float) -> None:
         """everyone: per rank (walk+evaluate seconds, interactions, essential bytes, migration bytes)."""
         b = self.balance
@@ -224,3 +181,47 @@ class EssentialTreeForces:
         b.last_imbalance_seconds, b.last_imbalance_interactions = ratio(everyone[:, 0]), ratio(everyone[:, 1])
         b.imbalance_seconds_sum += b.last_imbalance_seconds
         b.imbalance_interactions_sum += b.last_imbalance_interactions
+
+
+def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
+                    ) -> tuple[tuple[np.ndarray, ...], int]:
+    """The essential pieces (one per destination rank, None: nothing) to their ranks, and
+    theirs to this one. Returns the graft arguments (cells, links, particles, cells per
+    sender, particles per sender) and the bytes this rank sent; the list is emptied.
+
+    Each piece goes out from its own arrays and each arrives straight into its place in
+    three receive arrays in sender order (the layout graft takes), by nonblocking
+    point-to-point messages: no send buffer joins the pieces, no arrival is copied."""
+    from mpi4py import MPI
+
+    ranks, me = comm.Get_size(), comm.Get_rank()
+    sizes = np.zeros((ranks, 2), np.int64)  # cells, particles per destination
+    for r, p in enumerate(pieces):
+        if p is not None:
+            sizes[r] = len(p[0]), len(p[2])
+    got = np.empty((ranks, 2), np.int64)
+    with clock:
+        comm.Alltoall(sizes, got)
+    cells = np.empty((int(got[:, 0].sum()), _N_CELL))
+    links = np.empty((int(got[:, 0].sum()), _N_LINK), np.int64)
+    particles = np.empty((int(got[:, 1].sum()), _N_PARTICLE))
+    c_at = np.concatenate(([0], np.cumsum(got[:, 0])))
+    p_at = np.concatenate(([0], np.cumsum(got[:, 1])))
+    requests, sent = [], 0
+    with clock:
+        for r in range(ranks):
+            if r == me:
+                continue
+            for k, (into, at) in enumerate(((cells, c_at), (links, c_at), (particles, p_at))):
+                if at[r + 1] > at[r]:
+                    requests.append(comm.Irecv(into[at[r]:at[r + 1]], source=r, tag=k))
+        for r, p in enumerate(pieces):
+            if p is None:
+                continue
+            for k, part in enumerate(p):
+                if len(part):
+                    requests.append(comm.Isend(np.ascontiguousarray(part), dest=r, tag=k))
+                    sent += part.nbytes
+        MPI.Request.Waitall(requests)
+    pieces.clear()
+    return (cells, links, particles, np.ascontiguousarray(got[:, 0]), np.ascontiguousarray(got[:, 1])), sent

@@ -1,0 +1,490 @@
+"""The treecode's leapfrog over MPI ranks with each rank out of core (Salmon & Warren, seed
+004: every processor pages its own share of the bodies and of the tree).
+
+The step of :class:`~gravpipe.parallel.domain_leapfrog.DomainLeapfrog`, with each rank's
+particles in a paged store (:class:`gravpipe.store.ParticleStore`) under its memory budget
+instead of in arrays:
+
+1. **decompose**: passes over the store's blocks give the box of the positions the step
+   will drift to (the frame, kept while it holds them), the summed cost each rank would own
+   (the cuts are kept while balanced, else cut again by a streamed bisection,
+   :func:`~gravpipe.parallel.streamed_cut.streamed_splitters`), and then, block by block in
+   rounds every rank takes together, the particles that leave go to their owners while
+   those that stay go to a scratch file, the arrivals to one file per sender; the store is
+   made again from the files (the stayers in their order, then the arrivals, senders in
+   rank order), so that only one store holds the budget at any time;
+2. **step**: the kick-drift on the pages (``store_kick_drift``), the external sort into
+   curve order of the frame, the out-of-core tree of the rank (``_core.PagedDomainTree``),
+   the locally essential pieces exported from its paged cells and exchanged, grafted in
+   memory, and the walk over both, which writes the forces, potentials and costs to the
+   pages and kicks each run's velocities as its results come.
+
+Every operation is the in-core DomainLeapfrog's, in the same order on the same values: the
+run is the in-core distributed run bit for bit on the same number of ranks (ties between
+particles with one curve key, closer than 2^-21 of the frame on every axis, are broken by
+the store's order rather than the arrays', and may sum in another order).
+
+Memory: the store's budget holds the particle pages, the sort buffer, the tree's cells and
+what the walk copies; the grafted pieces are charged to it too. The blocks this module
+reads (BLOCK particles at a time) and the pieces on their way through MPI are outside the
+store: the run keeps OUTSIDE_STORE of the rank's budget for them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gravpipe import _core
+from gravpipe.errors import MemoryBudgetError
+from gravpipe.ooc import CARRIED, OOC_FIELDS, plan_budget, tree_keep_free
+from gravpipe.parallel.domain import alltoallv, curve_keys, owners
+from gravpipe.parallel.domain_leapfrog import (FRAME_FIELD, REBALANCE, SPLITTERS_FIELD, cost_by_owner, imbalance,
+                                               kept_frame, predicted)
+from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, exchange_pieces
+from gravpipe.parallel.streamed_cut import streamed_splitters
+from gravpipe.pipeline import PipelineStats
+from gravpipe.store import ParticleStore, page_bytes_for_budget
+
+#: particles a block of the passes over the store reads and writes at once
+BLOCK = 1 << 16
+#: bytes of a rank's budget kept by default for what lives outside its store: the arrays of
+#: a block of the passes (~400 bytes a particle: ~26 MB), the pieces on their way through MPI
+#: before the graft copies them into the budget, the interpreter's own arrays
+OUTSIDE_STORE = 96 << 20
+#: the store's fields: the paged leapfrog's and the domain cost
+FIELDS: dict[str, tuple[int, str]] = OOC_FIELDS | {"domain_cost": (1, "i64")}
+#: float64 columns a migrating particle carries: pos (3), vel (3), mass, acc (3); and int64: id
+_F64 = (("pos", 3), ("vel", 3), ("mass", 1), ("acc", 3))
+_F64_WIDTH = 10
+
+
+class PagedDomainLeapfrog:
+    """The leapfrog of this rank's share of a treecode run, out of core (see the module
+    docstring). ``blocks``: a callable returning an iterator over this rank's starting
+    particles as dicts of "pos" (m, 3), "vel" (m, 3), "mass" (m,), "id" (m,) (and, with
+    ``restart``, "acc" (m, 3), "pot" (m,), "domain_cost" (m,)); ``n`` their count (0 on a
+    rank that starts with none). ``forces``: the tree's parameters (an
+    :class:`EssentialTreeForces`, whose evaluation is not used). ``memory_budget``: bytes
+    for this rank, its store and everything else; ``scratch``: the directory of the store's
+    scratch file and the migration's files. ``restart``: the run's scalars of a
+    checkpoint (steps (1,), grid_origin (1,), domain_frame (6,), domain_splitters on the
+    same P) with the per-particle state in the blocks; else the start-up evaluation runs
+    now (collective). ``outside_store``: bytes of the budget kept for what lives outside the
+    store (OUTSIDE_STORE; tests of paging give less).
+    """
+
+    def __init__(self, comm: Any, blocks: Any, n: int, *, forces: EssentialTreeForces, dt: float, t0: float,
+                 memory_budget: int, scratch: str | os.PathLike, restart: dict[str, np.ndarray] | None = None,
+                 rebalance: float = REBALANCE, outside_store: int = OUTSIDE_STORE):
+        self.comm, self.forces, self.dt = comm, forces, float(dt)
+        self.rebalance = float(rebalance)
+        self.budget = int(memory_budget)
+        self.scratch = Path(scratch)
+        self.store_budget = self.budget - int(outside_store)
+        if self.store_budget <= 0:
+            raise MemoryBudgetError(f"memory budget {self.budget:,} bytes: a rank keeps {int(outside_store):,} of "
+                                    "it for what lives outside its store", self.budget, int(outside_store) + (16 << 20))
+        self.page_bytes = int(page_bytes_for_budget(self.store_budget))
+        self._splitters: np.ndarray | None = None
+        self._frame: tuple[np.ndarray, np.ndarray] | None = None
+        self.cuts = 0
+        self.comm_clock = Clock()
+        self.seconds_decompose = 0.0
+        self.stages: dict[str, float] = {}
+        self.evaluations = 0
+        self.last_stages: dict[str, float] = {}  # the last step's seconds by stage
+        self.io_bytes = {"read": 0, "written": 0}  # the store's page traffic, summed over the stores
+        self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
+        self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
+        self._last_migrated = 0
+        self._tree_stats: dict[str, Any] = {}
+        self._store: ParticleStore | None = None
+        self._fill(blocks, int(n))
+        if restart is None:
+            self._origin, self._steps = float(t0), 0
+            self._decompose(0.0)
+            self._sort_and_forces(None, self.time)
+        else:
+            self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
+            self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
+            frame = restart.get(FRAME_FIELD)
+            if frame is not None:
+                frame = np.asarray(frame, np.float64).reshape(6)
+                self._frame = (frame[:3].copy(), frame[3:].copy())
+            cuts = restart.get(SPLITTERS_FIELD)
+            if cuts is not None and len(cuts) == comm.Get_size() - 1:
+                self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
+
+    # ---- the store -------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """The particles this rank holds."""
+        return 0 if self._store is None else self._store.n
+
+    def _new_store(self, n: int) -> None:
+        """A store for n particles under the rank's budget (none for n = 0)."""
+        self.close()
+        if n == 0:
+            return
+        threads = self.forces.threads
+        plan = plan_budget(n, self.store_budget, self.page_bytes, threads, self.forces._tree_args["n_leaf"],
+                           self.forces._tree_args["n_crit"])
+        self._plan = plan
+        self._store = ParticleStore(self.scratch, n, plan.budget, page_bytes=self.page_bytes, extra_fields=FIELDS,
+                                    cache_bytes=plan.cache, threads=threads)
+
+    def close(self) -> None:
+        """Give the store's scratch file and budget back (also when the run ends)."""
+        if self._store is not None:
+            c = self._store._core.counters()
+            self.io_bytes["read"] += int(c["bytes_read"])
+            self.io_bytes["written"] += int(c["bytes_written"])
+            self._store.close()
+            self._store = None
+
+    def _fill(self, blocks: Any, n: int) -> None:
+        """A new store of the n particles ``blocks()`` yields, in their order."""
+        self._new_store(n)
+        at = 0
+        for blk in blocks():
+            m = len(blk["mass"])
+            if at + m > n:
+                raise ValueError(f"the blocks hold more than the {n} particles announced")
+            self._write(at, blk)
+            at += m
+        if at != n:
+            raise ValueError(f"the blocks hold {at} particles, {n} announced")
+
+    def _write(self, at: int, blk: dict[str, np.ndarray]) -> None:
+        """Particles [at, at + m) from a block: pos, vel, mass, id and what of acc, pot and
+        domain_cost it holds (absent: zero accelerations, unit costs, which the next
+        evaluation rewrites before any use); "index" is their place, the sort's tie-break."""
+        s, m = self._store, len(blk["mass"])
+        for name in ("pos", "vel", "mass", "id", "acc", "pot", "domain_cost"):
+            if name in blk:
+                s.write(name, at, blk[name])
+        s.write("index", at, np.arange(at, at + m, dtype=np.int64))
+        if "acc" not in blk:
+            s.write("acc", at, np.zeros((m, 3)))
+        if "domain_cost" not in blk:
+            s.write("domain_cost", at, np.ones(m, np.int64))
+
+    def blocks(self, fields: list[str], chunk: int = BLOCK) -> Iterator[dict[str, np.ndarray]]:
+        """This rank's particles in store order, ``chunk`` at a time, as {field: array}."""
+        for b in range(0, self.n, chunk):
+            e = min(self.n, b + chunk)
+            yield {f: self._store.read(f, b, e) for f in fields}
+
+    # ---- the clock -------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        return self._origin + self._steps * self.dt
+
+    @property
+    def grid_origin(self) -> float:
+        return self._origin
+
+    def _on_grid(self, t: float) -> tuple[bool, int]:
+        """Whether ``t`` is a grid point (the core's tolerance) and its nearest step count."""
+        want = (t - self._origin) / self.dt
+        whole = round(want)
+        return abs(want - whole) <= 1e-9 * max(1.0, abs(whole)), whole
+
+    def evolve_to(self, t: float) -> None:
+        """Whole steps of dt to ``t``; an off-grid ``t`` ends with a shortened step to it,
+        which becomes the grid's origin (DomainLeapfrog.evolve_to). Collective."""
+        if not np.isfinite(t) or t < self.time - 1e-9 * self.dt:
+            raise ValueError(f"evolve_to: t = {t!r} is before the current time {self.time!r} or not finite")
+        while True:
+            on_grid, whole = self._on_grid(t)
+            if (whole <= self._steps) if on_grid else (t <= self.time):
+                return
+            target = min(t, self._origin + (self._steps + 1) * self.dt)
+            self._decompose(target - self.time)
+            self._step(target)
+
+    def _step(self, target: float) -> None:
+        """One kick-drift-kick step to ``target``, as the core's leapfrog takes it: dt on the
+        grid, else target - time (which then becomes the origin)."""
+        t0 = time.perf_counter()
+        on_grid, _ = self._on_grid(target)
+        dt = self.dt if on_grid else target - self.time
+        stages = {}
+        if self._store is not None:
+            with _timed(stages, "kick_drift"):
+                _core.store_kick_drift(self._store._core, 0.5 * dt, dt, BLOCK)
+        self._sort_and_forces(0.5 * dt, self.time + dt, stages)
+        if on_grid:
+            self._steps += 1
+        else:
+            self._origin, self._steps = float(target), 0
+        self._counters["steps"] += 1
+        self._counters["particle_steps"] += self.n
+        self._counters["seconds_total"] += time.perf_counter() - t0
+
+    # ---- decomposition ---------------------------------------------------------------------
+    def _where_blocks(self, dt: float) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(where (m, 3), cost (m,), block start) of the store's blocks: the positions a step
+        of dt drifts them to, and their costs."""
+        for b in range(0, self.n, BLOCK):
+            e = min(self.n, b + BLOCK)
+            s = self._store
+            where = predicted(s.read("pos", b, e), s.read("vel", b, e), s.read("acc", b, e), dt)
+            yield where, np.maximum(s.read("domain_cost", b, e), 1), b
+
+    def _decompose(self, dt: float = 0.0) -> None:
+        """DomainLeapfrog._decompose over the store's blocks (see the module docstring)."""
+        t0 = time.perf_counter()
+        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
+        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+        for where, _, _ in self._where_blocks(dt):
+            lo, hi = np.minimum(lo, where.min(axis=0)), np.maximum(hi, where.max(axis=0))
+        corners = np.vstack((lo, hi)) if self.n else np.empty((0, 3))  # their box is the positions'
+        with self.comm_clock:
+            self._frame = kept_frame(comm, self._frame, corners)
+        lo, hi = self._frame
+        threads = self.forces.threads
+
+        def keyed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for where, cost, _ in self._where_blocks(dt):
+                yield curve_keys(where, lo, hi, threads), cost
+
+        cut = self._splitters is None
+        if not cut:
+            mine = np.zeros(ranks, np.int64)
+            for keys, cost in keyed():
+                mine += cost_by_owner(owners(keys, self._splitters), cost, ranks)
+            with self.comm_clock:
+                cut = imbalance(comm, mine) > self.rebalance
+        if cut:
+            with self.comm_clock:
+                self._splitters = streamed_splitters(comm, keyed)
+            self.cuts += 1
+        self._migrate(dt, lo, hi)
+        seconds = time.perf_counter() - t0
+        self.seconds_decompose += seconds
+        self.stages["decompose"] = self.stages.get("decompose", 0.0) + seconds
+        self.last_stages = {"decompose": seconds}
+
+    def _migrate(self, dt: float, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Every particle to the rank whose range holds where the step drifts it: rounds of
+        one block per rank (every rank takes part in each), stayers and each sender's
+        arrivals to files of their own, then the store made again from them."""
+        from mpi4py import MPI
+
+        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
+        rounds = comm.allreduce((self.n + BLOCK - 1) // BLOCK, op=MPI.MAX)
+        with tempfile.TemporaryDirectory(prefix="gravpipe-migrate-", dir=self.scratch) as tmp:
+            files = [open(Path(tmp) / f"from{r}", "w+b") for r in range(ranks)]  # [me]: the stayers
+            try:
+                counts = np.zeros(ranks, np.int64)
+                blocks = self._where_blocks(dt)
+                sent_bytes = 0
+                for _ in range(rounds):
+                    got = next(blocks, None)
+                    f64, i64, owner = self._rows_of(got, lo, hi)
+                    leave = owner != me
+                    _append(files[me], f64[~leave], i64[~leave])
+                    counts[me] += int((~leave).sum())
+                    arrived, per_sender, sent = _exchange_rows(comm, owner[leave], f64[leave], i64[leave])
+                    sent_bytes += sent
+                    at = 0
+                    for r in range(ranks):
+                        k = int(per_sender[r])
+                        if k:
+                            _append(files[r], arrived[0][at:at + k], arrived[1][at:at + k])
+                            counts[r] += k
+                            at += k
+                self._last_migrated = sent_bytes
+                self._refill(files, counts)
+            finally:
+                for f in files:
+                    f.close()
+
+    def _rows_of(self, got: tuple | None, lo: np.ndarray, hi: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A block's migrating rows: f64 (m, 10) pos vel mass acc, i64 (m, 1) id, owner (m,)."""
+        if got is None:
+            return np.empty((0, _F64_WIDTH)), np.empty((0, 1), np.int64), np.empty(0, np.int64)
+        where, _, b = got
+        e = b + len(where)
+        s = self._store
+        owner = owners(curve_keys(where, lo, hi, self.forces.threads), self._splitters)
+        f64 = np.column_stack([s.read(name, b, e).reshape(e - b, w) for name, w in _F64])
+        return f64, s.read("id", b, e).reshape(-1, 1), owner
+
+    def _refill(self, files: list, counts: np.ndarray) -> None:
+        """The store made again from the stayers' file, then each sender's, in rank order."""
+        me = self.comm.Get_rank()
+        order = [me] + [r for r in range(len(files)) if r != me]
+        self._new_store(int(counts.sum()))
+        at = 0
+        for r in order:
+            f = files[r]
+            f.seek(0)
+            left = int(counts[r])
+            while left:
+                m = min(left, BLOCK)
+                f64 = np.fromfile(f, np.float64, m * _F64_WIDTH).reshape(m, _F64_WIDTH)
+                ids = np.fromfile(f, np.int64, m)
+                cols = np.cumsum([0] + [w for _, w in _F64])
+                blk = {name: f64[:, cols[k]:cols[k + 1]].reshape((m, w) if w > 1 else m)
+                       for k, (name, w) in enumerate(_F64)}
+                blk["id"] = ids
+                self._write(at, blk)
+                at += m
+                left -= m
+
+    # ---- forces ------------------------------------------------------------------------------
+    def forces_now(self) -> None:
+        """Cut, migrate and evaluate the forces of the current positions (collective), the
+        clock and the motion untouched: for measurements."""
+        self._decompose()
+        self._sort_and_forces(None, self.time)
+
+    def _sort_and_forces(self, kick_h: float | None, t: float, stages: dict[str, float] | None = None) -> None:
+        """Sort into curve order of the frame, build the paged tree, exchange the essential
+        pieces, graft and walk; kick_h: the closing kick rides on the walk. Collective."""
+        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
+        stages = {} if stages is None else stages
+        t_start = time.perf_counter()
+        s = self._store
+        corners = np.empty((0, 3))
+        if s is not None:
+            with _timed(stages, "bounds"):
+                lo, hi = _bounds(s, self.n)
+                corners = np.vstack((lo, hi))
+        with self.comm_clock:
+            self._frame = kept_frame(comm, self._frame, corners)
+        tree = None
+        if s is not None:
+            with _timed(stages, "sort"):
+                st = _core.store_sort_by_curve(s._core, CARRIED, self._plan.sort_buffer, self.forces.threads,
+                                               frame=self._frame)
+            with _timed(stages, "build"):
+                own = np.concatenate((st["bounds_lo"], st["bounds_hi"], [0.0]))
+                args = {k: v for k, v in self.forces._tree_args.items() if k != "alpha"}
+                tree = _core.PagedDomainTree(s._core, own, **args, keep_free=tree_keep_free(self.n, args["threads"]))
+        box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
+        boxes = np.empty((ranks, 7))
+        exchange = Clock()
+        with exchange:
+            comm.Allgather(box, boxes)
+        with _timed(stages, "export"):
+            pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
+        recv, essential = exchange_pieces(comm, pieces, exchange)
+        stages["exchange"] = exchange.seconds
+        interactions = 0
+        if tree is not None:
+            with _timed(stages, "graft"):
+                tree.graft(*recv)
+            del recv
+            with _timed(stages, "walk_forces"):
+                tree.forces("acc", "pot", "domain_cost", kick_h=kick_h, time=t)
+            self._tree_stats = tree.stats()
+            interactions = int(self._tree_stats["pp_interactions"] + self._tree_stats["pc_interactions"])
+            del tree
+        everyone = np.array(comm.allgather((interactions, essential, self._last_migrated)), np.int64)
+        b = self.forces.balance
+        b.evaluations += 1
+        b.interactions += int(everyone[:, 0].sum())
+        b.bytes_essential += int(everyone[:, 1].sum())
+        b.bytes_migration += int(everyone[:, 2].sum())
+        b.seconds_comm += stages["exchange"]
+        self._last_migrated = 0
+        self.evaluations += 1
+        for name, seconds in stages.items():
+            self.stages[name] = self.stages.get(name, 0.0) + seconds
+            self.last_stages[name] = seconds
+        st_ = self._stats
+        st_["interactions"] += int(everyone[:, 0].sum())
+        st_["seconds_j_write"] += sum(stages.get(k, 0.0) for k in ("sort", "build", "export", "graft"))
+        st_["seconds_comm"] += stages["exchange"]
+        st_["seconds_total"] += time.perf_counter() - t_start
+
+    # ---- what the run reads ---------------------------------------------------------------------
+    def checkpoint(self) -> dict[str, np.ndarray]:
+        """The run's scalars a checkpoint carries (the per-particle state is the store's:
+        acc, pot, domain_cost in :meth:`blocks`)."""
+        out = {"steps": np.array([self._steps], np.int64), "grid_origin": np.array([self._origin])}
+        if self._splitters is not None:
+            out[SPLITTERS_FIELD] = self._splitters.view(np.int64).copy()
+        if self._frame is not None:
+            out[FRAME_FIELD] = np.concatenate(self._frame)
+        return out
+
+    def counters(self) -> dict[str, float]:
+        return dict(self._counters)
+
+    @property
+    def stats(self) -> PipelineStats:
+        s = dict(self._stats)
+        s["seconds_comm"] += self.comm_clock.seconds
+        walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
+        return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
+                             seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+    def stage_summary(self) -> str:
+        """This rank's mean seconds per evaluation by stage, and its page traffic, in one line."""
+        per = max(self.evaluations, 1)
+        st = {k: v / per for k, v in self.stages.items()}
+        io = dict(self.io_bytes)
+        if self._store is not None:
+            c = self._store._core.counters()
+            io = {"read": io["read"] + int(c["bytes_read"]), "written": io["written"] + int(c["bytes_written"])}
+        names = ("decompose", "kick_drift", "bounds", "sort", "build", "export", "exchange", "graft", "walk_forces")
+        parts = ", ".join(f"{k} {st.get(k, 0.0):.3g}" for k in names)
+        return (f"domains cut {self.cuts} times in {self.evaluations} evaluations, out of core; seconds per step on "
+                f"this rank: {parts}; pages read {io['read'] / per:.3e} B, written {io['written'] / per:.3e} B "
+                f"a step")
+
+
+def _timed(stages: dict[str, float], name: str) -> Any:
+    """A ``with`` block whose wall seconds are added to stages[name]."""
+
+    class _T:
+        def __enter__(self) -> None:
+            self.t0 = time.perf_counter()
+
+        def __exit__(self, *exc: object) -> None:
+            stages[name] = stages.get(name, 0.0) + time.perf_counter() - self.t0
+
+    return _T()
+
+
+def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """min and max (3,) of the store's positions, block by block (exact, as one pass)."""
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    for b in range(0, n, BLOCK):
+        pos = store.read("pos", b, min(n, b + BLOCK))
+        lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
+    return lo, hi
+
+
+def _append(f: Any, f64: np.ndarray, i64: np.ndarray) -> None:
+    """Rows to a migration file: the block's float64 rows, then its ids."""
+    if len(f64):
+        np.ascontiguousarray(f64, np.float64).tofile(f)
+        np.ascontiguousarray(i64, np.int64).reshape(-1).tofile(f)
+
+
+def _exchange_rows(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
+                   ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, int]:
+    """Each row to its owner; returns (the rows received (f64, i64), senders first to last,
+    how many each sender sent, the bytes this rank sent). Collective."""
+    ranks = comm.Get_size()
+    order = np.argsort(owner.astype(np.int16) if ranks < 2**15 else owner, kind="stable")
+    send_f, send_i = np.ascontiguousarray(f64[order]), np.ascontiguousarray(i64[order])
+    send_counts = np.bincount(owner, minlength=ranks).astype(np.int64)
+    recv_counts = np.empty(ranks, np.int64)
+    comm.Alltoall(send_counts, recv_counts)
+    recv_f = alltoallv(comm, send_f, send_counts, recv_counts)
+    recv_i = alltoallv(comm, send_i, send_counts, recv_counts)
+    return (recv_f, recv_i), recv_counts, int(send_f.nbytes + send_i.nbytes)

@@ -1,0 +1,65 @@
+"""Run under ``mpiexec -n P python -m mpi4py paged_domain_case.py OUT SCRATCH``: the same
+treecode run over P ranks twice, once in core (DomainLeapfrog) and once with each rank out
+of core under a small budget (PagedDomainLeapfrog); rank 0 saves both end states in id
+order (gathered for the comparison only) to OUT (.npz) for tests/test_paged_domain_mpi.py."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import gravpipe as gp
+from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
+from gravpipe.parallel.essential_forces import EssentialTreeForces
+from gravpipe.parallel.paged_domain_leapfrog import PagedDomainLeapfrog
+
+N, DT, STOPS = 20000, 1 / 64, (3 / 64, 0.06, 0.09)
+
+
+def by_id(comm, ids, *arrays):
+    """Every rank's rows in id order on rank 0 (None elsewhere)."""
+    parts = comm.gather((ids, *arrays))
+    if comm.rank != 0:
+        return None
+    ids = np.concatenate([q[0] for q in parts])
+    order = np.argsort(ids, kind="stable")
+    assert np.array_equal(ids[order], np.arange(N)), "particles lost or duplicated"
+    return [np.concatenate([q[k] for q in parts])[order] for k in range(1, len(arrays) + 1)]
+
+
+def main(out: str, scratch: str) -> None:
+    comm = MPI.COMM_WORLD
+    p = gp.ic.plummer(N, seed=4)
+    b, e = gp.io.file_share(N, comm.rank, comm.size)
+    share = {"pos": p.pos[b:e], "vel": p.vel[b:e], "mass": p.mass[b:e], "id": p.id[b:e]}
+    src = EssentialTreeForces(comm, eps=1 / 64, G=1.0, threads=1)
+    core = DomainLeapfrog(comm, share["pos"], share["vel"], share["mass"], share["id"], forces=src, dt=DT, t0=0.0)
+    paged_src = EssentialTreeForces(comm, eps=1 / 64, G=1.0, threads=1)
+    paged = PagedDomainLeapfrog(comm, lambda: iter([share]), e - b, forces=paged_src, dt=DT, t0=0.0,
+                                memory_budget=(5 << 20) // 2, scratch=scratch, outside_store=512 << 10)
+    results = {}
+    for k, t in enumerate(STOPS):
+        core.evolve_to(t)
+        paged.evolve_to(t)
+        got = by_id(comm, core.ids(), core.positions(), core.velocities(), core.accelerations(), core.potentials())
+        fields = ["id", "pos", "vel", "acc", "pot"]
+        rows = {f: np.concatenate([blk[f] for blk in paged.blocks(fields)]) if paged.n else
+                np.empty((0, 3) if f in ("pos", "vel", "acc") else (0,), np.int64 if f == "id" else np.float64)
+                for f in fields}
+        mine = by_id(comm, rows["id"], rows["pos"], rows["vel"], rows["acc"], rows["pot"])
+        if comm.rank == 0:
+            for name, a, c in zip(("pos", "vel", "acc", "pot"), got, mine):
+                results[f"core_{name}{k}"], results[f"paged_{name}{k}"] = a, c
+        assert paged.time == core.time
+    counters = comm.gather(paged.io_bytes | {"read_now": paged._store._core.counters()["misses"]
+                                             if paged.n else 0})
+    if comm.rank == 0:
+        np.savez(out, **results, misses=sum(c["read_now"] for c in counters),
+                 cuts=paged.cuts, core_cuts=core.cuts, summary=paged.stage_summary())
+    paged.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
