@@ -13,9 +13,12 @@ from mpi4py import MPI
 import gravpipe as gp
 from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
 from gravpipe.parallel.essential_forces import EssentialTreeForces
+from gravpipe.parallel import paged_domain_leapfrog
 from gravpipe.parallel.paged_domain_leapfrog import PagedDomainLeapfrog
 
 N, DT, STOPS = 20000, 1 / 64, (3 / 64, 0.06, 0.09)
+#: blocks of the passes over a store: several per rank, so that the migration takes rounds
+paged_domain_leapfrog.BLOCK = 2999
 
 
 def by_id(comm, ids, *arrays):

@@ -236,7 +236,8 @@ class PagedDomainLeapfrog:
         for b in range(0, self.n, BLOCK):
             e = min(self.n, b + BLOCK)
             s = self._store
-            where = predicted(s.read("pos", b, e), s.read("vel", b, e), s.read("acc", b, e), dt)
+            pos = s.read("pos", b, e)
+            where = pos if dt == 0 else predicted(pos, s.read("vel", b, e), s.read("acc", b, e), dt)
             yield where, np.maximum(s.read("domain_cost", b, e), 1), b
 
     def _decompose(self, dt: float = 0.0) -> None:
@@ -282,7 +283,9 @@ class PagedDomainLeapfrog:
         comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
         rounds = comm.allreduce((self.n + BLOCK - 1) // BLOCK, op=MPI.MAX)
         with tempfile.TemporaryDirectory(prefix="gravpipe-migrate-", dir=self.scratch) as tmp:
-            files = [open(Path(tmp) / f"from{r}", "w+b") for r in range(ranks)]  # [me]: the stayers
+            # per source (this rank: the stayers) a file of float64 rows and one of ids
+            files = [(open(Path(tmp) / f"from{r}.f64", "w+b"), open(Path(tmp) / f"from{r}.id", "w+b"))
+                     for r in range(ranks)]
             try:
                 counts = np.zeros(ranks, np.int64)
                 blocks = self._where_blocks(dt)
@@ -305,8 +308,9 @@ class PagedDomainLeapfrog:
                 self._last_migrated = sent_bytes
                 self._refill(files, counts)
             finally:
-                for f in files:
-                    f.close()
+                for pair in files:
+                    for f in pair:
+                        f.close()
 
     def _rows_of(self, got: tuple | None, lo: np.ndarray, hi: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -327,13 +331,13 @@ class PagedDomainLeapfrog:
         self._new_store(int(counts.sum()))
         at = 0
         for r in order:
-            f = files[r]
-            f.seek(0)
+            rows, id_file = files[r]
+            rows.seek(0), id_file.seek(0)
             left = int(counts[r])
             while left:
                 m = min(left, BLOCK)
-                f64 = np.fromfile(f, np.float64, m * _F64_WIDTH).reshape(m, _F64_WIDTH)
-                ids = np.fromfile(f, np.int64, m)
+                f64 = np.fromfile(rows, np.float64, m * _F64_WIDTH).reshape(m, _F64_WIDTH)
+                ids = np.fromfile(id_file, np.int64, m)
                 cols = np.cumsum([0] + [w for _, w in _F64])
                 blk = {name: f64[:, cols[k]:cols[k + 1]].reshape((m, w) if w > 1 else m)
                        for k, (name, w) in enumerate(_F64)}
@@ -468,11 +472,11 @@ def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _append(f: Any, f64: np.ndarray, i64: np.ndarray) -> None:
-    """Rows to a migration file: the block's float64 rows, then its ids."""
+def _append(files: tuple[Any, Any], f64: np.ndarray, i64: np.ndarray) -> None:
+    """Rows to a source's migration files: the float64 rows to one, the ids to the other."""
     if len(f64):
-        np.ascontiguousarray(f64, np.float64).tofile(f)
-        np.ascontiguousarray(i64, np.int64).reshape(-1).tofile(f)
+        np.ascontiguousarray(f64, np.float64).tofile(files[0])
+        np.ascontiguousarray(i64, np.int64).reshape(-1).tofile(files[1])
 
 
 def _exchange_rows(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
