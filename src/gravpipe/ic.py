@@ -37,7 +37,7 @@ from gravpipe._validate import check_positive_scalar
 from gravpipe.particles import Particles
 
 __all__ = ["plummer", "uniform_sphere", "uniform_cube", "plummer_blocks", "uniform_cube_blocks", "model_blocks", "model_share",
-           "check_ic_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
+           "model_share_blocks", "check_ic_budget", "BLOCK_MODELS", "IC_BLOCK", "PLUMMER_SCALE_LENGTH", "PLUMMER_MASS_CUTOFF",
            "CUBE_VIRIAL_MAX_N"]
 
 #: Plummer scale length a in N-body units: E = -3 pi G M^2 / (64 a) = -1/4 for G = M = 1.
@@ -368,24 +368,65 @@ def model_blocks(model: str, n: int, seed: int | None = None) -> Iterator[Partic
 def model_share(model: str, n: int, seed: int | None, begin: int, end: int) -> dict[str, np.ndarray]:
     """Particles [begin, end) of ``model_blocks(model, n, seed)`` (the same particles as the
     whole model's, for one MPI rank's share) as arrays "pos" (m, 3), "vel" (m, 3), "mass"
-    (m,), "id" (m,) int64; m = end - begin may be 0. Memory: the share plus one block; the
-    blocks before and after the share are drawn for the centring and dropped. A seed is
+    (m,) float64 in N-body units, "id" (m,) int64; m = end - begin may be 0. The pieces of
+    :func:`model_share_blocks` joined. Memory: the share plus one block. A seed is
     required: every rank must draw the same model."""
+    parts: dict[str, list[np.ndarray]] = {"pos": [], "vel": [], "mass": [], "id": []}
+    for piece in model_share_blocks(model, n, seed, begin, end):
+        for key, a in piece.items():
+            parts[key].append(a)
+    empty = {"pos": np.empty((0, 3)), "vel": np.empty((0, 3)), "mass": np.empty(0), "id": np.empty(0, np.int64)}
+    return {k: np.concatenate(v) if v else empty[k] for k, v in parts.items()}
+
+
+def model_share_blocks(model: str, n: int, seed: int | None, begin: int, end: int,
+                       block: int = IC_BLOCK) -> Iterator[dict[str, np.ndarray]]:
+    """Particles [begin, end) of ``model_blocks(model, n, seed)`` (what :func:`model_share`
+    returns, the same values in the same order) as consecutive pieces of at most
+    min(``block``, ``IC_BLOCK``) particles: dicts "pos" (m, 3), "vel" (m, 3), "mass" (m,)
+    float64 in N-body units, "id" (m,) int64, m >= 1 (an empty share yields none); the
+    arrays are read-only (copy one to change it). The share is never joined: memory is
+    one model block (``IC_BLOCK`` particles, drawn whatever ``block`` is, since the blocks
+    are the model's random streams) and the pieces the caller keeps. The blocks before the share are drawn for the centring and
+    dropped; those after it are drawn once (the centring's pass), not twice.
+
+    Raises ValueError when called: no seed (every rank must draw the same model),
+    [begin, end) not inside [0, n), ``block`` not an integer >= 1, a model that is not
+    drawn block by block; and, at the first piece, as ``model_blocks`` for n (on every
+    rank alike: a rank with an empty share draws the first block too).
+    """
     if seed is None:
         raise ValueError("seed: a model drawn by several ranks needs a seed (each rank draws its share of the "
                          "same model)")
     if not (0 <= begin <= end <= n):
         raise ValueError(f"share [{begin}, {end}) outside the model's [0, {n})")
-    parts: dict[str, list[np.ndarray]] = {"pos": [], "vel": [], "mass": [], "id": []}
+    return _share_pieces(model_blocks(model, n, seed), int(begin), int(end), _check_block(block))
+
+
+def _share_pieces(blocks: Iterator[Particles], begin: int, end: int,
+                  piece: int) -> Iterator[dict[str, np.ndarray]]:
+    """Rows [begin, end) of the model's ``blocks`` in pieces of at most ``piece`` rows."""
     start = 0
-    for blk in model_blocks(model, n, seed):
-        lo, hi = max(begin, start), min(end, start + blk.n)
-        if lo < hi:
-            for key, a in (("pos", blk.pos), ("vel", blk.vel), ("mass", blk.mass), ("id", blk.id)):
-                parts[key].append(a[lo - start:hi - start].copy())
-        start += blk.n
-    empty = {"pos": np.empty((0, 3)), "vel": np.empty((0, 3)), "mass": np.empty(0), "id": np.empty(0, np.int64)}
-    return {k: np.concatenate(v) if v else empty[k] for k, v in parts.items()}
+    try:
+        for blk in blocks:  # the first block checks the model's arguments, on every rank
+            lo, hi = max(begin, start), min(end, start + blk.n)
+            for s in range(lo, hi, piece):
+                e = min(s + piece, hi)
+                whole = s == start and e == start + blk.n
+                out = {}
+                for key, a in (("pos", blk.pos), ("vel", blk.vel), ("mass", blk.mass), ("id", blk.id)):
+                    # a part of a block is copied, so that a piece the caller keeps does not
+                    # keep the whole block alive (model_share's memory: the share plus one
+                    # block); a whole block is passed on as it is, read-only like Particles'
+                    # arrays, and so are the copies, so that every piece behaves alike
+                    out[key] = a if whole else a[s - start:e - start].copy()
+                    out[key].flags.writeable = False
+                yield out
+            start += blk.n
+            if start >= end:
+                break  # the blocks after the share are not needed again
+    finally:
+        blocks.close()  # a generator left early (by the caller too) ends here, not at collection
 
 
 # --- argument checks -----------------------------------------------------------------

@@ -15,9 +15,10 @@
 
 A run over P MPI ranks writes multi-file sets (``io.sets``: a folder of P files, one per
 rank, written at once and atomically; ``write_share`` when each rank writes the particles it
-holds, ``read_share`` for each rank's share of a file or set read block-wise); ``read``, ``read_snapshot`` and ``describe`` take
-a set's folder or any member as one snapshot. yt (``yt.load``) and pynbody open the files
-and the sets directly (the files carry GADGET-4's unit attributes, which pynbody reads; yt
+holds, ``write_share_blocks`` when it holds them block by block (out of core),
+``read_share`` for each rank's share of a file or set read block-wise); ``read``,
+``read_snapshot`` and ``describe`` take a set's folder or any member as one snapshot.
+yt (``yt.load``) and pynbody open the files and the sets directly (the files carry GADGET-4's unit attributes, which pynbody reads; yt
 takes them as ``yt.load(path, unit_base=io.unit_base(path))``); files from GADGET, AREPO and similar codes in the same layout are
 read with ``read_snapshot(path, part_type=k)``.
 """
@@ -27,7 +28,7 @@ from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, He
 from gravpipe.io.snapshot import Snapshot, SnapshotError, write_snapshot
 # read_snapshot, read and describe take single files and multi-file sets alike
 from gravpipe.io.sets import (Share, describe, file_share, is_set, read, read_share, read_snapshot, set_members, unit_base,
-                              write_set, write_share)
+                              write_set, write_share, write_share_blocks)
 from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
@@ -55,5 +56,6 @@ __all__ = [
     "unit_base",
     "write_set",
     "write_share",
+    "write_share_blocks",
     "write_snapshot",
 ]

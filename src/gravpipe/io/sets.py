@@ -24,10 +24,12 @@ complete and consistent.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import secrets
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,8 @@ from gravpipe.io.fields import (
 from gravpipe.io.snapshot import Snapshot, SnapshotError
 from gravpipe.particles import Particles
 
-__all__ = ["SET_SUFFIX", "Share", "file_share", "member_path", "read_share", "write_set", "write_share", "is_set", "set_members",
-           "read_snapshot", "read", "describe"]
+__all__ = ["SET_SUFFIX", "Share", "file_share", "member_path", "read_share", "write_set", "write_share",
+           "write_share_blocks", "is_set", "set_members", "read_snapshot", "read", "describe"]
 
 #: Members end in .hdf5: pynbody finds the members of a set by that name only.
 SET_SUFFIX = ".hdf5"
@@ -106,45 +108,210 @@ def write_share(comm: Any, folder: str | os.PathLike[str], pos: np.ndarray, vel:
     rows), written into member 0 (rank 0's is the one written). ``per_particle_state``:
     name -> this rank's rows ((n,) or (n, width)), written into every member with the
     attribute ``per_particle`` = width; every rank must give the same names and widths.
+    Arrays of the wrong shape raise ValueError on every rank (the set is not written).
+    """
+    n = len(mass)
+    state = dict(per_particle_state or {})
+    # the rows' own dtype is the dataset's; their shape is checked with the block
+    widths = {k: (int(np.shape(v)[1]) if np.ndim(v) == 2 else 1, np.asarray(v).dtype) for k, v in state.items()}
+    whole_share = {"pos": pos, "vel": vel, "mass": mass, "id": ids, **state}
+    # the in-memory share is the one block of the block-wise writer: one implementation
+    return write_share_blocks(comm, folder, n, lambda: iter((whole_share,)), time, parameters=parameters,
+                              integrator_state=integrator_state, per_particle_state_widths=widths)
+
+
+#: How a per-particle state array is announced to :func:`write_share_blocks`: entries per
+#: particle, or (entries per particle, dtype).
+StateWidth = int | tuple[int, Any]
+
+
+def write_share_blocks(comm: Any, folder: str | os.PathLike[str], n: int,
+                       blocks: Callable[[], Iterable[Mapping[str, np.ndarray]]], time: float, *,
+                       parameters: Mapping[str, Any] | None = None,
+                       integrator_state: Mapping[str, Any] | None = None,
+                       per_particle_state_widths: Mapping[str, StateWidth] | None = None) -> Path:
+    """:func:`write_share` for a share that is never whole in memory: this rank's ``n``
+    particles (any n, 0 included) come from ``blocks()``, an iterable of dicts in particle
+    order, each of m particles (m >= 0; the m add up to n):
+
+    - "pos" (m, 3), "vel" (m, 3): N-body length and velocity, written as float64;
+    - "mass" (m,): N-body mass, float64; "id" (m,) integers >= 0 (stored as uint64);
+    - one array per name of ``per_particle_state_widths``: (m,) or (m, width) rows.
+
+    ``per_particle_state_widths``: name -> entries per particle (``width``), or
+    (width, dtype); the dataset's dtype is the one given, else the first block's array's
+    (float64 when the share has no block), and every block's array must cast safely to it.
+    Every rank must announce the same names and widths.
+
+    The files are those ``write_share`` writes from the concatenated blocks: the same
+    datasets (created with their final shapes, contiguous and uncompressed, and filled
+    block by block), dtypes, attributes and values. Memory: one block at a time.
+    Collective and atomic for the set as :func:`write_set`; on every rank the first rank's
+    error: ValueError when the blocks add up to another n, a block lacks a field or has
+    one not announced, or an array has the wrong shape; OSError naming ``folder``.
     """
     from mpi4py import MPI
 
     ranks, rank = comm.Get_size(), comm.Get_rank()
-    n = len(mass)
-    total = comm.allreduce(n, op=MPI.SUM)
-    rows = {k: _rows(k, v, n) for k, v in (per_particle_state or {}).items()}
+    # a bad n is raised inside the set protocol (below), so no rank waits in a collective
+    # the failing rank never enters; it counts 0 towards NumPart_Total meanwhile
+    count = _share_count(n)
+    total = comm.allreduce(count if isinstance(count, int) else 0, op=MPI.SUM)
 
     def write_mine(path: Path) -> None:
-        arrays = {"pos": pos, "vel": vel, "mass": mass, "id": single._ids_for_file(np.asarray(ids, np.int64))}
+        if not isinstance(count, int):
+            raise count
+        announced = _announced_state(per_particle_state_widths)
         whole = None if rank != 0 or integrator_state is None else single._checked_state(integrator_state)
+        clash = sorted(set(whole or {}) & set(announced))
+        if clash:
+            raise ValueError(f"integrator_state and the per-particle state both name {clash}")
         t = single._finite_float("time", time)
+        params = single._parameters_for_file(parameters, t)
+        source = iter(blocks())
+        # the first block is read before the file is made: it gives the dtype of a
+        # per-particle array whose dtype was not announced
+        first = next(source, None)
+        dtypes = {k: np.dtype(dt) if dt is not None else _first_dtype(first, k) for k, (_, dt) in announced.items()}
         with h5py.File(path, "w") as f:
-            single._write_header(f.create_group(HEADER_GROUP), n, t, n_total=total, n_files=ranks)
-            single._write_particle_group(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)), arrays)
-            single._write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True),
-                                single._parameters_for_file(parameters, t))
-            if whole is not None or rows:
-                group = f.create_group(INTEGRATOR_GROUP, track_order=True)
-                for key, value in (whole or {}).items():
-                    if isinstance(value, np.ndarray):
-                        group.create_dataset(key, data=value, dtype=value.dtype)
-                    else:
-                        group.attrs[key] = value
-                for key, value in rows.items():
-                    ds = group.create_dataset(key, data=value.reshape(-1), dtype=value.dtype)
-                    ds.attrs[_PER_PARTICLE] = value.shape[1]
+            single._write_header(f.create_group(HEADER_GROUP), count, t, n_total=total, n_files=ranks)
+            particles: dict[str, h5py.Dataset] = {}
+            rows: dict[str, tuple[h5py.Dataset, int]] = {}
+            written = 0
+            try:
+                particles.update(_create_particle_datasets(f.create_group(part_group_name(GRAVPIPE_PART_TYPE)),
+                                                           count))
+                single._write_attrs(f.create_group(PARAMETERS_GROUP, track_order=True), params)
+                if whole is not None or announced:
+                    group = f.create_group(INTEGRATOR_GROUP, track_order=True)
+                    for key, value in (whole or {}).items():
+                        if isinstance(value, np.ndarray):
+                            group.create_dataset(key, data=value, dtype=value.dtype)
+                        else:
+                            group.attrs[key] = value
+                    for key, (width, _) in announced.items():
+                        # flat, n * width entries particle-major, as write_set splits the core's arrays
+                        ds = group.create_dataset(key, shape=(count * width,), dtype=dtypes[key])
+                        ds.attrs[_PER_PARTICLE] = width
+                        rows[key] = (ds, width)
+                for k, block in enumerate(itertools.chain(() if first is None else (first,), source)):
+                    arrays = _checked_block(block, k, written, count, announced, dtypes)
+                    m = len(arrays["mass"])
+                    for key, ds in particles.items():
+                        ds[written:written + m] = arrays[key]
+                    for key, (ds, width) in rows.items():
+                        ds[written * width:(written + m) * width] = arrays[key].reshape(-1)
+                    written += m
+            finally:
+                # the datasets' handles are closed while the file is open, however the
+                # blocks ended: none may outlive a file whose close failed (BlockWriter.close)
+                for ds in [*particles.values(), *(ds for ds, _ in rows.values())]:
+                    ds.id.close()
+            if written != count:
+                raise ValueError(f"the blocks hold {written} particles, not the n = {count} announced for this "
+                                 "rank's share")
             f.flush()
         _fsync_file(path)  # durable before the set is renamed into place
 
     return _write_collectively(comm, Path(folder), write_mine)
 
 
-def _rows(name: str, value: np.ndarray, n: int) -> np.ndarray:
-    """``value`` as (n, width) rows: (n,) is width 1."""
-    a = np.ascontiguousarray(value)
-    if a.ndim not in (1, 2) or a.shape[0] != n:
-        raise ValueError(f"per_particle_state[{name!r}]: shape {a.shape}, expected ({n},) or ({n}, width)")
-    return a.reshape(n, 1) if a.ndim == 1 else a
+#: The particle fields of a share, by their key in a block (``fields.PARTICLE_FIELDS``'s source).
+_SHARE_FIELDS = ("pos", "vel", "mass", "id")
+
+
+def _share_count(n: object) -> int | ValueError:
+    """``n`` as an int >= 0, or the ValueError to raise."""
+    if isinstance(n, (bool, np.bool_)):
+        return ValueError(f"n: expected an integer >= 0, got {n!r}")
+    try:
+        value = operator.index(n)  # numpy integers yes, 3.0 and "3" no
+    except TypeError:
+        return ValueError(f"n: expected an integer >= 0, got {n!r}")
+    return value if value >= 0 else ValueError(f"n: expected an integer >= 0, got {value}")
+
+
+def _announced_state(widths: Mapping[str, StateWidth] | None) -> dict[str, tuple[int, Any]]:
+    """name -> (width, dtype or None) of the per-particle state arrays announced."""
+    out: dict[str, tuple[int, Any]] = {}
+    for name, spec in (widths or {}).items():
+        single._check_key("per_particle_state", name)
+        width, dtype = spec if isinstance(spec, tuple) else (spec, None)
+        if isinstance(width, (bool, np.bool_)) or not isinstance(width, (int, np.integer)) or width < 1:
+            raise ValueError(f"per_particle_state[{name!r}]: width must be an integer >= 1, got {width!r}")
+        if dtype is not None and np.dtype(dtype).kind not in "biufc":
+            raise ValueError(f"per_particle_state[{name!r}]: dtype must be bool, integer, float or complex, "
+                             f"got {np.dtype(dtype)}")
+        out[name] = (int(width), dtype)
+    return out
+
+
+def _first_dtype(block: Mapping[str, np.ndarray] | None, name: str) -> np.dtype:
+    """The dtype of ``name`` in the share's first block; float64 without one (or without
+    that array, which the block check then reports)."""
+    if not isinstance(block, Mapping) or name not in block:
+        return np.dtype(np.float64)
+    return np.asarray(block[name]).dtype
+
+
+def _create_particle_datasets(group: h5py.Group, n: int) -> dict[str, h5py.Dataset]:
+    """The datasets ``snapshot._write_particle_group`` makes for pos, vel, mass and id
+    (name, dtype, shape for n particles, unit and description), created empty to be
+    filled by slices. Like those they are contiguous and uncompressed (h5py's default
+    without ``chunks``): a file written block-wise is the same file."""
+    out = {}
+    for field in PARTICLE_FIELDS:
+        if field.source in _SHARE_FIELDS:
+            ds = group.create_dataset(field.name, shape=field.shape(n), dtype=field.dtype)
+            ds.attrs["unit"] = field.unit
+            ds.attrs["description"] = field.description
+            out[field.source] = ds
+    return out
+
+
+def _checked_block(block: object, k: int, start: int, n: int, announced: Mapping[str, tuple[int, Any]],
+                   dtypes: Mapping[str, np.dtype]) -> dict[str, np.ndarray]:
+    """Block ``k`` of a share (its particles from ``start`` on) as arrays ready for the
+    datasets: pos, vel, mass float64, id uint64, each state array in its dataset's dtype.
+    ValueError naming the block when it lacks a field, has one not announced, has arrays
+    of the wrong shape or dtype, or would go past the share's n particles."""
+    if not isinstance(block, Mapping):
+        raise ValueError(f"block {k}: expected a dict of arrays, got {type(block).__name__}")
+    missing = [key for key in (*_SHARE_FIELDS, *announced) if key not in block]
+    unknown = sorted(key for key in block if key not in _SHARE_FIELDS and key not in announced)
+    if missing or unknown:
+        raise ValueError(f"block {k}: fields {missing} missing, {unknown} not announced (a block holds "
+                         f"{list(_SHARE_FIELDS)} and the per-particle state {list(announced)})")
+    mass = np.asarray(block["mass"])
+    m = mass.shape[0] if mass.ndim == 1 else -1
+    if m < 0:
+        raise ValueError(f"block {k}: 'mass' has shape {mass.shape}, expected (m,)")
+    if start + m > n:
+        raise ValueError(f"block {k}: its {m} particles after {start} go past the n = {n} announced for this "
+                         "rank's share")
+    where = f"block {k} (particles {start}..{start + m - 1} of the share)"
+    expected = {"pos": [(m, 3)], "vel": [(m, 3)], "mass": [(m,)], "id": [(m,)]}
+    for key, (width, _) in announced.items():
+        expected[key] = [(m,), (m, 1)] if width == 1 else [(m, width)]
+    out: dict[str, np.ndarray] = {}
+    for key, shapes in expected.items():
+        a = np.asarray(block[key])
+        if a.shape not in shapes and not (m == 0 and a.size == 0):  # an empty share: any empty array
+            raise ValueError(f"{where}: {key!r} has shape {a.shape}, expected "
+                             f"{' or '.join(str(s) for s in shapes)}")
+        out[key] = a.reshape(shapes[0])
+    for key in announced:
+        if not np.can_cast(out[key].dtype, dtypes[key], "safe"):
+            raise ValueError(f"{where}: {key!r} is {out[key].dtype}, which does not cast safely to the dataset's "
+                             f"{dtypes[key]} (the dtype announced, else the first block's)")
+    for field in PARTICLE_FIELDS:
+        if field.source in ("pos", "vel", "mass"):
+            out[field.source] = np.asarray(out[field.source], dtype=field.dtype)  # as _write_particle_group
+    try:
+        out["id"] = single._ids_for_file(np.asarray(out["id"], np.int64))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return out
 
 
 def _write_collectively(comm: Any, folder: Path, write_mine: Any) -> Path:
