@@ -78,22 +78,38 @@ using LinkRows = nb::ndarray<const std::int64_t, nb::ndim<2>, nb::c_contig, nb::
 using Counts = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CostOut = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Box = nb::ndarray<const double, nb::shape<7>, nb::c_contig, nb::device::cpu>;
+using Boxes = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+void check_columns(std::size_t got, std::size_t want, const char* name) {
+  if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
+}
 using Corner = nb::ndarray<const double, nb::shape<3>, nb::c_contig, nb::device::cpu>;
 
-/// A domain as 7 float64: lo (3), hi (3), a_min.
-DomainBox box_from(const Box& b) {
+/// A box as 7 float64: lo (3), hi (3), a_min.
+DomainBox box_from(const double* b) {
   DomainBox d;
-  for (int a = 0; a < 3; ++a) d.lo[a] = b.data()[a], d.hi[a] = b.data()[3 + a];
-  d.a_min = b.data()[6];
+  for (int a = 0; a < 3; ++a) d.lo[a] = b[a], d.hi[a] = b[3 + a];
+  d.a_min = b[6];
   return d;
+}
+DomainBox box_from(const Box& b) { return box_from(b.data()); }
+
+/// A domain's boxes, (k, 7) float64 rows as box_from reads them.
+std::vector<DomainBox> boxes_from(const Boxes& b) {
+  check_columns(b.shape(1), 7, "domain");
+  std::vector<DomainBox> out(b.shape(0));
+  for (std::size_t k = 0; k < out.size(); ++k) out[k] = box_from(b.data() + 7 * k);
+  return out;
 }
 
 /// The out-of-core tree with the store it reads (StoreBound).
 using PagedTreeBox = bindings::StoreBound<PagedTree>;
 using PagedDomainTreeBox = bindings::StoreBound<PagedDomainTree>;
 
-nb::object box_to_numpy(const DomainBox& d) {
-  return to_numpy(std::vector<double>{d.lo[0], d.lo[1], d.lo[2], d.hi[0], d.hi[1], d.hi[2], d.a_min}, {7});
+nb::object boxes_to_numpy(const std::vector<DomainBox>& boxes) {
+  std::vector<double> rows;
+  for (const DomainBox& d : boxes) rows.insert(rows.end(), {d.lo[0], d.lo[1], d.lo[2], d.hi[0], d.hi[1], d.hi[2], d.a_min});
+  return to_numpy(std::move(rows), {boxes.size(), std::size_t{7}});
 }
 
 nb::tuple piece_to_numpy(EssentialPiece&& p) {
@@ -103,9 +119,6 @@ nb::tuple piece_to_numpy(EssentialPiece&& p) {
                         to_numpy(std::move(p.particles), {np, std::size_t{kPieceParticleDoubles}}));
 }
 
-void check_columns(std::size_t got, std::size_t want, const char* name) {
-  if (got != want) throw InputError(std::string(name) + ": expected " + std::to_string(want) + " columns");
-}
 
 void bind_domain_tree(nb::module_& m) {
   nb::class_<DomainTree>(m, "DomainTree")
@@ -128,19 +141,21 @@ void bind_domain_tree(nb::module_& m) {
            nb::arg("frame_hi").none() = nb::none(),
            "frame_lo, frame_hi (3,): the global box whose cube the octree divides (every rank the same)")
       .def("domain",
-           [](const DomainTree& t) { return box_to_numpy(t.domain()); },
-           "This rank's domain: float64 (7,) = lo (3), hi (3), smallest old |a| (0: none).")
+           [](const DomainTree& t) { return boxes_to_numpy(t.domain()); },
+           "This rank's domain: float64 (k, 7), each row a box: lo (3), hi (3), smallest old |a| (0: none); "
+           "empty boxes (lo > hi) pad it.")
       .def("export_for",
-           [](const DomainTree& t, Box box) {
+           [](const DomainTree& t, Boxes boxes) {
+             const std::vector<DomainBox> d = boxes_from(boxes);
              EssentialPiece p;
              {
                nb::gil_scoped_release release;
-               p = t.export_for(box_from(box));
+               p = t.export_for({d.data(), d.size()});
              }
              return piece_to_numpy(std::move(p));
            },
            nb::arg("domain"),
-           "The locally essential piece for a receiver's domain (7,): (cells (c,19) float64, links (c,4) int64, "
+           "The locally essential piece for a receiver's domain (k, 7): (cells (c,19) float64, links (c,4) int64, "
            "particles (p,4) float64 x y z m).")
       .def("graft",
            [](DomainTree& t, Rows cells, LinkRows links, Rows particles, Counts cells_per_piece,
@@ -170,6 +185,7 @@ void bind_domain_tree(nb::module_& m) {
 }
 
 void bind_paged_domain_tree(nb::module_& m) {
+  m.attr("DOMAIN_BOXES") = kDomainBoxes;
   nb::class_<PagedDomainTreeBox>(m, "PagedDomainTree")
       .def("__init__",
            [](PagedDomainTreeBox* self, bindings::StoreBox& box, Box own, double eps, double G, double theta,
@@ -186,17 +202,18 @@ void bind_paged_domain_tree(nb::module_& m) {
            nb::arg("isa") = "auto", nb::arg("keep_free") = 0, nb::keep_alive<1, 2>(),
            "The locally essential tree of a rank out of core: the store's particles sorted in the ranks' shared "
            "frame (store_sort_by_curve's frame) with their keys; own (7,): the box of their positions (lo, hi, 0).")
-      .def("domain", [](const PagedDomainTreeBox& t) { return box_to_numpy(t.get().domain()); })
+      .def("domain", [](const PagedDomainTreeBox& t) { return boxes_to_numpy(t.get().domain()); })
       .def("export_for",
-           [](const PagedDomainTreeBox& t, Box box) {
+           [](const PagedDomainTreeBox& t, Boxes boxes) {
+             const std::vector<DomainBox> d = boxes_from(boxes);
              EssentialPiece p;
              {
                nb::gil_scoped_release release;
-               p = t.get().export_for(box_from(box));
+               p = t.get().export_for({d.data(), d.size()});
              }
              return piece_to_numpy(std::move(p));
            },
-           nb::arg("domain"), "The piece for a receiver's domain (7,), as DomainTree.export_for.")
+           nb::arg("domain"), "The piece for a receiver's domain (k, 7), as DomainTree.export_for.")
       .def("graft",
            [](PagedDomainTreeBox& t, Rows cells, LinkRows links, Rows particles, Counts cells_per_piece,
               Counts particles_per_piece) {

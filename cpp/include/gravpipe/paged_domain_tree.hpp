@@ -34,10 +34,10 @@ class PagedDomainTree {
   /// the root cell's box). Parameters as PagedTree takes them (alpha must be 0).
   PagedDomainTree(ParticleStore& store, const TreeParams& params, std::uint64_t keep_free, const DomainBox& own);
 
-  /// This rank's domain box (the root's box).
-  const DomainBox& domain() const { return own_; }
-  /// The piece for a receiver with domain d.
-  EssentialPiece export_for(const DomainBox& d) const;
+  /// This rank's domain: the boxes of its groups (group_boxes), as DomainTree::domain.
+  std::vector<DomainBox> domain() const { return group_boxes(tree_->groups()); }
+  /// The piece for a receiver whose domain is the boxes d.
+  EssentialPiece export_for(Span<const DomainBox> d) const;
   /// Graft the received pieces (InputError for malformed ones; BudgetError when what they
   /// import does not fit the budget, even with the cell cache at its fewest frames).
   void graft(const ReceivedPieces& in);

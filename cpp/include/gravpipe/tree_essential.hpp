@@ -44,13 +44,23 @@ inline constexpr CellColumn kPieceColumns[kPieceCellDoubles] = {
 constexpr int kPieceCellInts = 4;
 constexpr int kPieceParticleDoubles = 4;
 
-/// A receiver's domain: the bounding box of all its particles and, for the relative
-/// criterion, the smallest old |a| among them (0: none). An empty domain has lo > hi.
+/// One box of a receiver's domain: the bounding box of some of its particles and, for the
+/// relative criterion, the smallest old |a| among them (0: none). An empty box has lo > hi.
 struct DomainBox {
   double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
   double a_min = 0;
   bool empty() const { return lo[0] > hi[0] || lo[1] > hi[1] || lo[2] > hi[2]; }
 };
+
+/// A domain is described by kDomainBoxes boxes: its groups (curve order) cut into that many
+/// runs of about equal particle count, each run's box the union of its groups' boxes (empty
+/// boxes pad a domain of fewer groups). Every group, so every walk of the receiver, lies in
+/// one of them, so a cell that every box accepts is accepted by every walk. One box around a
+/// whole curve domain holds much that is not the domain (a Hilbert half of a Plummer sphere:
+/// the other half's core), and a piece for it opens all of that: at N = 1e8 on 2 ranks, GBs.
+constexpr int kDomainBoxes = 64;
+/// The kDomainBoxes boxes of a domain whose self-gravity groups are `groups` (curve order).
+std::vector<DomainBox> group_boxes(const std::vector<Group>& groups);
 
 struct EssentialPiece {
   std::vector<double> cells;
@@ -61,10 +71,12 @@ struct EssentialPiece {
 };
 
 /// The locally essential piece of tree t (moments done; particles p in its curve order)
-/// for a receiver with domain d, under the walks' MAC. An empty domain gets an empty piece.
-/// Instantiated for InCoreParticles.
+/// for a receiver whose domain is the boxes d (a cell is sent pruned when every box accepts
+/// it), under the walks' MAC. An empty domain gets an empty piece. Instantiated for
+/// InCoreParticles.
 template <class Particles>
-EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const DomainBox& d, const MacParams& mac);
+EssentialPiece export_essential(const TreeNodes& t, const Particles& p, Span<const DomainBox> d,
+                                const MacParams& mac);
 
 class PagedCells;
 class PagedParticles;
@@ -72,7 +84,7 @@ class PagedParticles;
 /// its particles p in the store's curve order, `own` the box of all of them (the root's).
 /// Byte for byte the piece export_essential makes from the in-core tree of those particles.
 EssentialPiece export_essential_paged(const PagedCells& cells, const PagedParticles& p, const DomainBox& own,
-                                      const DomainBox& d, const MacParams& mac);
+                                      Span<const DomainBox> d, const MacParams& mac);
 
 /// Pieces as they arrive, concatenated in sender order: for sender s, cells_per_piece[s]
 /// cells and particles_per_piece[s] particles (either may be 0: nothing from s).
@@ -115,10 +127,11 @@ class DomainTree {
   DomainTree(Span<const double> pos, Span<const double> mass, const TreeParams& params,
              const CurveBox* frame = nullptr);
 
-  /// The piece for a receiver with domain d (from the local tree).
-  EssentialPiece export_for(const DomainBox& d) const;
-  /// This rank's own domain box (with the smallest old |a| when the relative criterion is on).
-  DomainBox domain() const;
+  /// The piece for a receiver whose domain is the boxes d (from the local tree).
+  EssentialPiece export_for(Span<const DomainBox> d) const;
+  /// This rank's domain: the kDomainBoxes boxes of its groups (group_boxes), with the
+  /// smallest old |a| when the relative criterion is on.
+  std::vector<DomainBox> domain() const;
   /// Graft the received pieces under the local tree's root. Throws InputError for
   /// malformed pieces (counts that do not add up, links outside a piece).
   void graft(const ReceivedPieces& in);
@@ -138,6 +151,8 @@ class DomainTree {
  private:
   InCoreParticles local_particles() const;
   InCoreParticles all_particles() const;
+  /// The own particles' self-gravity groups (local cell indices; grafted: their grafted ones).
+  std::vector<Group> own_groups() const;
 
   TreeParams params_;
   int threads_;

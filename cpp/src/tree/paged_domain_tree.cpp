@@ -48,7 +48,7 @@ TreeNodes PagedDomainTree::root_row() const {
   return t;
 }
 
-EssentialPiece PagedDomainTree::export_for(const DomainBox& d) const {
+EssentialPiece PagedDomainTree::export_for(Span<const DomainBox> d) const {
   const PagedParticles particles(store_, "pos", "mass", 1, false);
   return export_essential_paged(tree_->cells(), particles, own_, d,
                                 MacParams{params_.G, params_.alpha, params_.quadrupole});

@@ -58,17 +58,28 @@ void DomainTree::set_old_accelerations(Span<const double> a_abs) {
   for (std::size_t k = 0; k < n_local_; ++k) a_old_[k] = a_abs[static_cast<std::size_t>(order_[k])];
 }
 
-DomainBox DomainTree::domain() const {
-  DomainBox d;
-  d.lo[0] = local_.lo_x[0], d.lo[1] = local_.lo_y[0], d.lo[2] = local_.lo_z[0];
-  d.hi[0] = local_.hi_x[0], d.hi[1] = local_.hi_y[0], d.hi[2] = local_.hi_z[0];
-  if (params_.alpha > 0 && !a_old_.empty()) d.a_min = *std::min_element(a_old_.begin(), a_old_.end());
-  return d;
-}
+std::vector<DomainBox> DomainTree::domain() const { return group_boxes(own_groups()); }
 
-EssentialPiece DomainTree::export_for(const DomainBox& d) const {
+EssentialPiece DomainTree::export_for(Span<const DomainBox> d) const {
   const MacParams mac{params_.G, params_.alpha, params_.quadrupole};
   return export_essential(local_, local_particles(), d, mac);
+}
+
+std::vector<Group> DomainTree::own_groups() const {
+  const bool grafted = grafted_.count() > 0;
+  const TreeNodes& nodes = grafted ? grafted_ : local_;
+  const bool relative = params_.alpha > 0 && !a_old_.empty();
+  std::vector<Group> groups(group_cells_.size());
+  for (std::size_t q = 0; q < groups.size(); ++q) {
+    const std::int32_t c = grafted ? local_index_[group_cells_[q]] : group_cells_[q];
+    Group& g = groups[q];
+    g.i_begin = g.ex_begin = nodes.begin[c];
+    g.i_end = g.ex_end = nodes.end[c];
+    g.lo[0] = nodes.lo_x[c], g.lo[1] = nodes.lo_y[c], g.lo[2] = nodes.lo_z[c];
+    g.hi[0] = nodes.hi_x[c], g.hi[1] = nodes.hi_y[c], g.hi[2] = nodes.hi_z[c];
+    if (relative) g.a_min = *std::min_element(a_old_.begin() + g.i_begin, a_old_.begin() + g.i_end);
+  }
+  return groups;
 }
 
 void DomainTree::graft(const ReceivedPieces& in) {
@@ -92,18 +103,8 @@ void DomainTree::forces(Span<double> acc, Span<double> pot, Span<std::int64_t> c
   const bool grafted = grafted_.count() > 0;
   const TreeNodes& nodes = grafted ? grafted_ : local_;
   const bool relative = params_.alpha > 0 && !a_old_.empty();
-  // the own particles' groups (cells of the local tree, at their grafted index), each
-  // excluding its own particles: self-gravity
-  std::vector<Group> groups(group_cells_.size());
-  for (std::size_t q = 0; q < groups.size(); ++q) {
-    const std::int32_t c = grafted ? local_index_[group_cells_[q]] : group_cells_[q];
-    Group& g = groups[q];
-    g.i_begin = g.ex_begin = nodes.begin[c];
-    g.i_end = g.ex_end = nodes.end[c];
-    g.lo[0] = nodes.lo_x[c], g.lo[1] = nodes.lo_y[c], g.lo[2] = nodes.lo_z[c];
-    g.hi[0] = nodes.hi_x[c], g.hi[1] = nodes.hi_y[c], g.hi[2] = nodes.hi_z[c];
-    if (relative) g.a_min = *std::min_element(a_old_.begin() + g.i_begin, a_old_.begin() + g.i_end);
-  }
+  // the own particles' groups, each excluding its own particles: self-gravity
+  const std::vector<Group> groups = own_groups();
   std::vector<std::int64_t> self(n_local_);
   std::iota(self.begin(), self.end(), std::int64_t{0});
   const InCoreParticles sources = all_particles(), sinks = local_particles();

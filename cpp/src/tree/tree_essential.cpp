@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
@@ -32,21 +33,38 @@ void put_box(double* row, const double lo[3], const double hi[3]) {
 /// [lo, hi], for a receiver with domain d.
 template <class Cells, class Row, class Particles>
 EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles& p, const double lo[3],
-                            const double hi[3], const DomainBox& d, const MacParams& mac) {
+                            const double hi[3], Span<const DomainBox> d, const MacParams& mac) {
   EssentialPiece out;
-  // the receiver's domain as one group that excludes nothing: it holds none of our particles
-  Group box;
-  for (int a = 0; a < 3; ++a) box.lo[a] = d.lo[a], box.hi[a] = d.hi[a];
-  box.a_min = d.a_min;
-  const Acceptor<Cells> acceptor(cells, box, mac);
+  // each box of the receiver's domain as a group that excludes nothing: it holds none of
+  // our particles
+  std::vector<Group> boxes;
+  for (const DomainBox& b : d) {
+    if (b.empty()) continue;
+    Group g;
+    for (int a = 0; a < 3; ++a) g.lo[a] = b.lo[a], g.hi[a] = b.hi[a];
+    g.a_min = b.a_min;
+    boxes.push_back(g);
+  }
+  if (boxes.empty()) return out;
+  std::vector<Acceptor<Cells>> acceptors;
+  acceptors.reserve(boxes.size());
+  for (const Group& g : boxes) acceptors.emplace_back(cells, g, mac);
+  // the box that refused the last cell: its neighbours' likely refuser, tested first
+  std::size_t refuser = 0;
+  const auto every_box_accepts = [&](std::int32_t k, const WalkCell& c) {
+    double d2 = 0;
+    if (!acceptors[refuser].accepts(k, c, d2)) return false;
+    for (std::size_t b = 0; b < acceptors.size(); ++b)
+      if (b != refuser && !acceptors[b].accepts(k, c, d2)) return refuser = b, false;
+    return true;
+  };
   std::vector<std::int32_t> queue{cells.root()};  // source cells in piece order (breadth first)
   for (std::size_t q = 0; q < queue.size(); ++q) {
     const std::int32_t k = queue[q];
     out.cells.resize(out.cells.size() + kPieceCellDoubles, 0.0);
     row(k, &out.cells[out.cells.size() - kPieceCellDoubles]);
     const WalkCell c = cells.walk(k);
-    double d2 = 0;
-    if (acceptor.accepts(k, c, d2)) {
+    if (every_box_accepts(k, c)) {
       // every walk of the receiver accepts it too (its boxes lie inside d): no children
       put_links(out.links, -1, 0, kPrunedRange, kPrunedRange);
     } else if (c.first_child < 0) {
@@ -93,9 +111,26 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
 
 }  // namespace
 
+std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
+  std::vector<DomainBox> boxes(kDomainBoxes);
+  for (DomainBox& b : boxes)
+    for (int a = 0; a < 3; ++a) b.lo[a] = INFINITY, b.hi[a] = -INFINITY;
+  if (groups.empty()) return boxes;
+  const std::int64_t first = groups.front().i_begin, n = groups.back().i_end - first;
+  for (const Group& g : groups) {
+    // the run of the group's first particle: about n / kDomainBoxes particles a run
+    const auto r = static_cast<std::size_t>((g.i_begin - first) * kDomainBoxes / std::max<std::int64_t>(n, 1));
+    DomainBox& b = boxes[std::min<std::size_t>(r, kDomainBoxes - 1)];
+    for (int a = 0; a < 3; ++a) b.lo[a] = std::min(b.lo[a], g.lo[a]), b.hi[a] = std::max(b.hi[a], g.hi[a]);
+    b.a_min = b.a_min > 0 && g.a_min > 0 ? std::min(b.a_min, g.a_min) : std::max(b.a_min, g.a_min);
+  }
+  return boxes;
+}
+
 template <class Particles>
-EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const DomainBox& d, const MacParams& mac) {
-  if (d.empty() || t.count() == 0) return {};
+EssentialPiece export_essential(const TreeNodes& t, const Particles& p, Span<const DomainBox> d,
+                                const MacParams& mac) {
+  if (t.count() == 0) return {};
   const auto row = [&t](std::int32_t k, double* out) {
     for (int c = 0; c < kPieceCellDoubles; ++c)
       if (c < 4 || c > 10) out[c] = (t.*kPieceColumns[c])[static_cast<std::size_t>(k)];
@@ -105,8 +140,8 @@ EssentialPiece export_essential(const TreeNodes& t, const Particles& p, const Do
 }
 
 EssentialPiece export_essential_paged(const PagedCells& cells, const PagedParticles& p, const DomainBox& own,
-                                      const DomainBox& d, const MacParams& mac) {
-  if (d.empty() || cells.count() == 0) return {};
+                                      Span<const DomainBox> d, const MacParams& mac) {
+  if (cells.count() == 0) return {};
   const PagedCellReader reader = cells.reader();
   const auto row = [&reader](std::int32_t k, double* out) {
     const PagedCellRecord r = reader.record(k);
@@ -118,7 +153,7 @@ EssentialPiece export_essential_paged(const PagedCells& cells, const PagedPartic
   return export_piece(reader, row, p, own.lo, own.hi, d, mac);
 }
 
-template EssentialPiece export_essential<InCoreParticles>(const TreeNodes&, const InCoreParticles&, const DomainBox&,
-                                                          const MacParams&);
+template EssentialPiece export_essential<InCoreParticles>(const TreeNodes&, const InCoreParticles&,
+                                                          Span<const DomainBox>, const MacParams&);
 
 }  // namespace gravpipe

@@ -138,10 +138,8 @@ class EssentialTreeForces:
         with clocks["build"]:
             tree = _core.DomainTree(np.ascontiguousarray(pos, np.float64), np.ascontiguousarray(mass, np.float64),
                                     **self._tree_args, frame_lo=frame[0], frame_hi=frame[1]) if n else None
-        box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
-        boxes = np.empty((ranks, 7))
         with clocks["exchange"]:
-            comm.Allgather(box, boxes)
+            boxes = domains(comm, tree)
         with clocks["export"]:
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
         recv, essential = exchange_pieces(comm, pieces, clocks["exchange"])
@@ -181,6 +179,15 @@ class EssentialTreeForces:
         b.last_imbalance_seconds, b.last_imbalance_interactions = ratio(everyone[:, 0]), ratio(everyone[:, 1])
         b.imbalance_seconds_sum += b.last_imbalance_seconds
         b.imbalance_interactions_sum += b.last_imbalance_interactions
+
+
+def domains(comm: Any, tree: Any) -> np.ndarray:
+    """Every rank's domain, (ranks, DOMAIN_BOXES, 7) float64: the boxes of its groups
+    (``tree.domain()``; a rank without a tree: empty boxes). Collective."""
+    mine = tree.domain() if tree is not None else np.tile([np.inf] * 3 + [-np.inf] * 3 + [0.0], (_core.DOMAIN_BOXES, 1))
+    boxes = np.empty((comm.Get_size(),) + mine.shape)
+    comm.Allgather(np.ascontiguousarray(mine), boxes)
+    return boxes
 
 
 def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
