@@ -65,18 +65,23 @@ def main() -> None:
     ap.add_argument("--dt", type=float, default=1 / 128)
     ap.add_argument("--eps", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--theta", type=float, default=0.6)
+    ap.add_argument("--n-leaf", type=int, default=16)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     own = vm("VmRSS")
     b, e = file_share(args.n, comm.rank, comm.size)
-    forces = EssentialTreeForces(comm, eps=args.eps, G=1.0, threads=args.threads)
+    forces = EssentialTreeForces(comm, eps=args.eps, G=1.0, threads=args.threads, theta=args.theta,
+                                 n_leaf=args.n_leaf)
     t0 = time.perf_counter()
     run = PagedDomainLeapfrog(comm, lambda: share_blocks(args.model, args.n, args.seed, b, e), e - b, forces=forces,
                               dt=args.dt, t0=0.0, memory_budget=parse_byte_size(args.memory_budget),
                               scratch=args.scratch)
+    run.start()
     startup = time.perf_counter() - t0
     records = [{"stage": "start-up", "seconds": startup, "stages": dict(run.last_stages),
+                "import": dict(run.last_import),
                 "interactions_rank": int(run._tree_stats.get("pp_interactions", 0)
                                          + run._tree_stats.get("pc_interactions", 0))}]
     for k in range(args.steps):
@@ -85,6 +90,7 @@ def main() -> None:
         run.evolve_to(run.time + args.dt)
         io1 = _io(run)
         records.append({"stage": f"step {k + 1}", "seconds": time.perf_counter() - t1, "stages": dict(run.last_stages),
+                        "import": dict(run.last_import),
                         "bytes_read": io1[0] - io0[0], "bytes_written": io1[1] - io0[1],
                         "interactions_rank": int(run._tree_stats["pp_interactions"]
                                                  + run._tree_stats["pc_interactions"])})
@@ -97,7 +103,8 @@ def main() -> None:
     if comm.rank == 0:
         out = {"machine": machine.describe(),
                "n": args.n, "ranks": comm.size, "model": args.model, "threads_per_rank": args.threads,
-               "dt": args.dt, "eps": args.eps, "ranks_detail": everyone}
+               "dt": args.dt, "eps": args.eps, "theta": args.theta, "n_leaf": args.n_leaf,
+               "ranks_detail": everyone}
         for r in everyone:
             print(f"rank {r['rank']}: N/P {r['n_rank']:,}, peak RSS {r['peak_rss_mib']:.0f} MiB "
                   f"(interpreter {r['own_rss_mib']:.0f} MiB) of a {r['budget_mib']:.0f} MiB budget")
@@ -106,7 +113,10 @@ def main() -> None:
                 rate = rec["interactions_rank"] / max(rec["stages"].get("walk_forces", 0.0), 1e-9)
                 io = (f"; pages read {rec['bytes_read'] / 1e9:.2f} GB, written {rec['bytes_written'] / 1e9:.2f} GB"
                       if "bytes_read" in rec else "")
-                print(f"  {rec['stage']}: {rec['seconds']:.1f} s ({st}){io}; walk {rate:.3e} interactions/s")
+                imp = rec["import"]
+                print(f"  {rec['stage']}: {rec['seconds']:.1f} s ({st}){io}; walk {rate:.3e} interactions/s; "
+                      f"imported {imp.get('particles', 0):,} particles, {imp.get('cells', 0):,} cells "
+                      f"({imp.get('graft_bytes', 0) / 2**20:.1f} MiB), sent {imp.get('bytes_sent', 0) / 2**20:.1f} MiB")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1, default=str)

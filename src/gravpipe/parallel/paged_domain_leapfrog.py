@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from gravpipe.ooc import CARRIED, OOC_FIELDS, plan_budget, tree_keep_free
 from gravpipe.parallel.domain import alltoallv, curve_keys, owners
 from gravpipe.parallel.domain_leapfrog import (FRAME_FIELD, REBALANCE, SPLITTERS_FIELD, cost_by_owner, imbalance,
                                                kept_frame, predicted)
-from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, exchange_pieces
+from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, domains, exchange_pieces
 from gravpipe.parallel.streamed_cut import streamed_splitters
 from gravpipe.pipeline import PipelineStats
 from gravpipe.store import ParticleStore, page_bytes_for_budget
@@ -75,14 +75,19 @@ class PagedDomainLeapfrog:
     for this rank, its store and everything else; ``scratch``: the directory of the store's
     scratch file and the migration's files. ``restart``: the run's scalars of a
     checkpoint (steps (1,), grid_origin (1,), domain_frame (6,), domain_splitters on the
-    same P) with the per-particle state in the blocks; else the start-up evaluation runs
-    now (collective). ``outside_store``: bytes of the budget kept for what lives outside the
-    store (OUTSIDE_STORE; tests of paging give less).
+    same P) with the per-particle state in the blocks; else :meth:`start` runs the start-up
+    evaluation. ``outside_store``: bytes of the budget kept for what lives outside the
+    store (OUTSIDE_STORE; tests of paging give less). ``check``: called with each block as
+    it is stored (a range check that raises).
+
+    Construction fills this rank's store and talks to no other rank, so that a failure is
+    one rank's to report (``consistency.agreed``); :meth:`start` is collective.
     """
 
     def __init__(self, comm: Any, blocks: Any, n: int, *, forces: EssentialTreeForces, dt: float, t0: float,
                  memory_budget: int, scratch: str | os.PathLike, restart: dict[str, np.ndarray] | None = None,
-                 rebalance: float = REBALANCE, outside_store: int = OUTSIDE_STORE):
+                 rebalance: float = REBALANCE, outside_store: int = OUTSIDE_STORE,
+                 check: Callable[[dict[str, np.ndarray]], None] | None = None):
         self.comm, self.forces, self.dt = comm, forces, float(dt)
         self.rebalance = float(rebalance)
         self.budget = int(memory_budget)
@@ -100,17 +105,18 @@ class PagedDomainLeapfrog:
         self.stages: dict[str, float] = {}
         self.evaluations = 0
         self.last_stages: dict[str, float] = {}  # the last step's seconds by stage
+        #: the last evaluation's import: particles, cells, bytes this rank sent, bytes grafted
+        self.last_import: dict[str, int] = {}
         self.io_bytes = {"read": 0, "written": 0}  # the store's page traffic, summed over the stores
         self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
         self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
         self._last_migrated = 0
         self._tree_stats: dict[str, Any] = {}
         self._store: ParticleStore | None = None
-        self._fill(blocks, int(n))
+        self._started = restart is not None
+        self._fill(blocks, int(n), check)
         if restart is None:
             self._origin, self._steps = float(t0), 0
-            self._decompose(0.0)
-            self._sort_and_forces(None, self.time)
         else:
             self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
             self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
@@ -121,6 +127,14 @@ class PagedDomainLeapfrog:
             cuts = restart.get(SPLITTERS_FIELD)
             if cuts is not None and len(cuts) == comm.Get_size() - 1:
                 self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
+
+    def start(self) -> None:
+        """The start-up: the domains cut, the particles moved there, their forces evaluated
+        (nothing after a restart, whose forces the store holds). Collective."""
+        if not self._started:
+            self._decompose(0.0)
+            self._sort_and_forces(None, self.time)
+            self._started = True
 
     # ---- the store -------------------------------------------------------------------------
     @property
@@ -149,7 +163,7 @@ class PagedDomainLeapfrog:
             self._store.close()
             self._store = None
 
-    def _fill(self, blocks: Any, n: int) -> None:
+    def _fill(self, blocks: Any, n: int, check: Callable[[dict[str, np.ndarray]], None] | None) -> None:
         """A new store of the n particles ``blocks()`` yields, in their order."""
         self._new_store(n)
         at = 0
@@ -157,6 +171,8 @@ class PagedDomainLeapfrog:
             m = len(blk["mass"])
             if at + m > n:
                 raise ValueError(f"the blocks hold more than the {n} particles announced")
+            if check is not None:
+                check(blk)
             self._write(at, blk)
             at += m
         if at != n:
@@ -200,6 +216,8 @@ class PagedDomainLeapfrog:
     def evolve_to(self, t: float) -> None:
         """Whole steps of dt to ``t``; an off-grid ``t`` ends with a shortened step to it,
         which becomes the grid's origin (DomainLeapfrog.evolve_to). Collective."""
+        if not self._started:
+            raise RuntimeError("PagedDomainLeapfrog: start() first")
         if not np.isfinite(t) or t < self.time - 1e-9 * self.dt:
             raise ValueError(f"evolve_to: t = {t!r} is before the current time {self.time!r} or not finite")
         while True:
@@ -353,9 +371,21 @@ class PagedDomainLeapfrog:
         self._decompose()
         self._sort_and_forces(None, self.time)
 
-    def _sort_and_forces(self, kick_h: float | None, t: float, stages: dict[str, float] | None = None) -> None:
+    def diagnostic_potential(self, theta: float) -> None:
+        """The potential of every particle from a float64 tree at opening angle ``theta``
+        over the ranks into the store's "pot_check" (:meth:`blocks`), the run's forces and
+        costs kept, nothing counted as the run's work. Collective."""
+        args = dict(self.forces._tree_args, theta=float(theta), precision="double")
+        self._sort_and_forces(None, self.time, {}, tree_args=args, fields=("", "pot_check", ""))
+
+    def _sort_and_forces(self, kick_h: float | None, t: float, stages: dict[str, float] | None = None, *,
+                         tree_args: dict[str, Any] | None = None,
+                         fields: tuple[str, str, str] = ("acc", "pot", "domain_cost")) -> None:
         """Sort into curve order of the frame, build the paged tree, exchange the essential
-        pieces, graft and walk; kick_h: the closing kick rides on the walk. Collective."""
+        pieces, graft and walk into ``fields`` (acceleration, potential, cost; "": not
+        written); kick_h: the closing kick rides on the walk. ``tree_args``: other tree
+        parameters (a diagnostic evaluation, not counted). Collective."""
+        diagnostic = tree_args is not None
         comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
         stages = {} if stages is None else stages
         t_start = time.perf_counter()
@@ -374,13 +404,11 @@ class PagedDomainLeapfrog:
                                                frame=self._frame)
             with _timed(stages, "build"):
                 own = np.concatenate((st["bounds_lo"], st["bounds_hi"], [0.0]))
-                args = {k: v for k, v in self.forces._tree_args.items() if k != "alpha"}
+                args = {k: v for k, v in (tree_args or self.forces._tree_args).items() if k != "alpha"}
                 tree = _core.PagedDomainTree(s._core, own, **args, keep_free=tree_keep_free(self.n, args["threads"]))
-        box = tree.domain() if tree is not None else np.array([np.inf] * 3 + [-np.inf] * 3 + [0.0])
-        boxes = np.empty((ranks, 7))
         exchange = Clock()
         with exchange:
-            comm.Allgather(box, boxes)
+            boxes = domains(comm, tree)
         with _timed(stages, "export"):
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
         recv, essential = exchange_pieces(comm, pieces, exchange)
@@ -389,12 +417,17 @@ class PagedDomainLeapfrog:
         if tree is not None:
             with _timed(stages, "graft"):
                 tree.graft(*recv)
+            self.last_import = {"particles": int(tree.imported_particles), "cells": int(tree.top_cells),
+                                "bytes_sent": int(essential), "graft_bytes": int(tree.graft_bytes)}
             del recv
             with _timed(stages, "walk_forces"):
-                tree.forces("acc", "pot", "domain_cost", kick_h=kick_h, time=t)
-            self._tree_stats = tree.stats()
-            interactions = int(self._tree_stats["pp_interactions"] + self._tree_stats["pc_interactions"])
+                tree.forces(*fields, kick_h=kick_h, time=t)
+            stats = tree.stats()
+            interactions = int(stats["pp_interactions"] + stats["pc_interactions"])
             del tree
+        if diagnostic:
+            return
+        self._tree_stats = stats if s is not None else {}
         everyone = np.array(comm.allgather((interactions, essential, self._last_migrated)), np.int64)
         b = self.forces.balance
         b.evaluations += 1
