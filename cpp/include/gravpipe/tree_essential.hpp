@@ -58,7 +58,7 @@ struct DomainBox {
 /// one of them, so a cell that every box accepts is accepted by every walk. One box around a
 /// whole curve domain holds much that is not the domain (a Hilbert half of a Plummer sphere:
 /// the other half's core), and a piece for it opens all of that: at N = 1e8 on 2 ranks, GBs.
-constexpr int kDomainBoxes = 64;
+constexpr int kDomainBoxes = 1024;
 /// The kDomainBoxes boxes of a domain whose self-gravity groups are `groups` (curve order).
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups);
 
