@@ -175,25 +175,40 @@ def test_ranks_given_different_run_folders_are_refused(tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-@pytest.mark.parametrize("how", ["options", "run.toml", "resume"])
-def test_an_out_of_core_run_under_mpiexec_is_refused_in_one_line(tmp_path, how):
-    """mpiexec -n 2 gravpipe run --memory-budget ... ran the whole simulation once per rank (two
-    scratch files, both ranks writing the same names): refused until out of core over ranks
-    exists, by rank 0 in one line."""
+@pytest.mark.parametrize("how", ["options", "run.toml"])
+def test_an_out_of_core_run_under_mpiexec_pages_each_ranks_share(tmp_path, how):
+    """mpiexec -n 2 gravpipe run --memory-budget B --scratch DIR: each rank pages its own share
+    under B (residence "domain_pages"); a budget too small is said once by rank 0; the scratch
+    files are gone at the end."""
+    (tmp_path / "scratch").mkdir()
+    for budget, ok in (("32MiB", False), ("160MiB", True)):
+        ooc = ["--gravity", "tree", "-n", "500", "--memory-budget", budget, "--scratch", "scratch"]
+        if how == "options":
+            args = ["run", *ooc, "--t-end", "1/64"]
+        else:
+            (tmp_path / "ooc.toml").write_text(f'gravity = "tree"\nn = 500\nmemory_budget = "{budget}"\n'
+                                               'scratch = "scratch"\n')
+            args = ["run", "--config", "ooc.toml", "--t-end", "1/64"]
+        r = subprocess.run([MPIEXEC, "-n", "2", *_cli(*args, "--no-progress")], cwd=tmp_path, env=MPI_ENV,
+                           capture_output=True, text=True, timeout=300)
+        if ok:
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "each out of core within 160 MiB" in r.stdout
+        else:
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stdout + r.stderr
+            assert r.stderr.startswith("gravpipe run: error: memory budget 32 MiB") or \
+                r.stderr.startswith("gravpipe run: error: memory budget 33,554,432 bytes"), r.stderr
+        assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_a_one_process_out_of_core_checkpoint_resumed_under_mpiexec_is_refused_in_one_line(tmp_path):
     (tmp_path / "scratch").mkdir()
     ooc = ["--gravity", "tree", "-n", "500", "--memory-budget", "32MiB", "--scratch", "scratch"]
-    if how == "options":
-        args = ["run", *ooc, "--t-end", "1/64"]
-    elif how == "run.toml":
-        (tmp_path / "ooc.toml").write_text('gravity = "tree"\nn = 500\nmemory_budget = "32MiB"\nscratch = "scratch"\n')
-        args = ["run", "--config", "ooc.toml", "--t-end", "1/64"]
-    else:
-        done = subprocess.run(_cli("run", *ooc, "--t-end", "1/64", "--out", "run", "--no-progress"), cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        args = ["run", "--resume", "run", "--t-end", "1/32"]
-    r = subprocess.run([MPIEXEC, "-n", "2", *_cli(*args, "--no-progress")], cwd=tmp_path, env=MPI_ENV,
-                       capture_output=True, text=True, timeout=300)
+    done = subprocess.run(_cli("run", *ooc, "--t-end", "1/64", "--out", "run", "--no-progress"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    r = subprocess.run([MPIEXEC, "-n", "2", *_cli("run", "--resume", "run", "--t-end", "1/32", "--no-progress")],
+                       cwd=tmp_path, env=MPI_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stdout + r.stderr
-    assert r.stderr.startswith("gravpipe run: error: out of core (--memory-budget) runs in one process")
+    assert "a run out of core in one process resumes in one process" in r.stderr
     assert list((tmp_path / "scratch").iterdir()) == []

@@ -916,11 +916,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     comm = parallel.resolve_comm() if parallel.launched_under_mpi() else None
     if comm is None:
         return _run(args)
-    if _asks_out_of_core(args):  # every rank finds it: one line from rank 0, no abort
+    if _resumes_one_process_paged_run(args):  # every rank finds it: one line from rank 0, no abort
         if parallel.is_root(comm):
-            print(f"gravpipe run: error: out of core (--memory-budget) runs in one process; mpiexec started "
-                  f"{comm.Get_size()}, each of which would run the whole simulation: run it without mpiexec "
-                  "(out of core over ranks is not there yet)", file=sys.stderr)
+            print("gravpipe run: error: a run out of core in one process resumes in one process; mpiexec started "
+                  f"{comm.Get_size()}: resume it without mpiexec (a run out of core over ranks starts under mpiexec "
+                  "with --memory-budget and --scratch)", file=sys.stderr)
         return EXIT_USER_ERROR
     if not parallel.is_root(comm):
         sys.stdout = open(os.devnull, "w")  # rank 0 prints the header, progress and summary
@@ -959,27 +959,23 @@ def _rank_error_text(exc: BaseException) -> str:
     return text if text and isinstance(exc, (UserError, ValueError)) else f"{type(exc).__name__}: {text}"
 
 
-def _asks_out_of_core(args: argparse.Namespace) -> bool:
-    """Whether ``gravpipe run`` with these arguments is a run out of core: by option, by its
-    run.toml, or as the resume of an out-of-core run. False where that cannot be told (a
-    missing file): the run itself then says what is wrong."""
-    from gravpipe import residence, runconfig
+def _resumes_one_process_paged_run(args: argparse.Namespace) -> bool:
+    """Whether ``gravpipe run`` resumes a run that was out of core in one process (residence
+    "pages"). False where that cannot be told (a missing file): the run itself then says
+    what is wrong."""
+    import warnings
+
+    from gravpipe import residence
     from gravpipe.run_loop import latest_checkpoint
 
-    if any(getattr(args, k) is not None for k in residence.OPTIONS):
-        return True
+    if args.resume is None:
+        return False
     try:
-        if args.resume is not None:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return residence.of_checkpoint(latest_checkpoint(args.resume)).name == "pages"
-        if args.config is not None:
-            return any(k in runconfig.load_config(args.config) for k in residence.OPTIONS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return residence.of_checkpoint(latest_checkpoint(args.resume)).name == "pages"
     except (OSError, ValueError):
         return False
-    return False
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -7,10 +7,14 @@
   summation's N/P j-particles;
 - "pages": the pages of a scratch file under a memory budget (``memory_budget``, ``scratch``,
   ``page_bytes``): the treecode's leapfrog on the CPU in one process, bit for bit the
-  in-memory run.
+  in-memory run;
+- "domain_pages": over MPI ranks, each rank paging its share in a scratch file of its own
+  under its ``memory_budget`` (:class:`~gravpipe.paged_domain_run.PagedDomainRun`): the
+  treecode's leapfrog on the CPU, bit for bit the "domains" run on the same ranks.
 
 The options a user gives and the ranks it runs on choose the entry (:func:`resolve`);
-:class:`gravpipe.Simulation` builds the run of that name (``MemoryRun``, ``DomainRun``, ``PagedRun``), :class:`gravpipe.Tree` the tree
+:class:`gravpipe.Simulation` builds the run of that name (``MemoryRun``, ``DomainRun``, ``PagedRun``,
+``PagedDomainRun``), :class:`gravpipe.Tree` the tree
 (in memory, or over a paged store), ``gravpipe run`` and resume pass the options through.
 No other module asks where particles live.
 
@@ -62,8 +66,9 @@ class Residence:
                 continue
             if value not in allowed:
                 shown = " or ".join(f"{key}={a!r}" for a in allowed if a is not None) or f"no {key}"
+                where = "in one process" if "comm" in self.limits else "each rank paging its share"
                 raise ValueError(f"{key}={value!r}: out of core (memory_budget) runs {shown} only: the leapfrog "
-                                 "with the tree, on the CPU, in one process")
+                                 f"with the tree, on the CPU, {where}")
 
     def run_kwargs(self, options: dict[str, Any], run_kwargs: dict[str, Any]) -> dict[str, Any]:
         """The keywords of the run (or tree) that lives here, checked: the caller's without
@@ -96,9 +101,9 @@ def _check_one_process(home: Residence, comm: Any, where: str = "") -> None:
 
     resolved = resolve_comm(comm)
     if resolved is not None:
-        raise ValueError(f"{where}out of core (memory_budget) runs in one process; this one has "
-                         f"{resolved.Get_size()} MPI ranks, each of which would run the whole simulation: run it "
-                         f"without mpiexec (out of core over ranks is not there yet)")
+        raise ValueError(f"{where}a run out of core in one process resumes in one process; this one has "
+                         f"{resolved.Get_size()} MPI ranks: resume it without mpiexec (a run out of core over "
+                         "ranks starts under mpiexec with --memory-budget and --scratch)")
 
 
 RESIDENCES: dict[str, Residence] = {
@@ -113,16 +118,24 @@ RESIDENCES: dict[str, Residence] = {
         options=OPTIONS,
         limits={"gravity": ("tree",), "integrator": (None, "leapfrog"), "backend": (None, "auto", "cpu"),
                 "comm": (None,), "eta": (None,), "eta_s": (None,), "dt_max": (None,)},
-        holds=lambda config: bool(config.get("out_of_core"))),
+        holds=lambda config: bool(config.get("out_of_core")) and not config.get("distributed")),
+    "domain_pages": Residence(
+        "domain_pages", "over MPI ranks, each rank's share in the pages of its own scratch file within its memory "
+        "budget", options=("memory_budget", "scratch"),
+        limits={"integrator": (None, "leapfrog"), "backend": (None, "auto", "cpu"), "eta": (None,),
+                "eta_s": (None,), "dt_max": (None,)},
+        holds=lambda config: bool(config.get("out_of_core")) and bool(config.get("distributed"))),
 }
 
 
 def resolve(options: dict[str, Any], run_kwargs: dict[str, Any] | None = None) -> Residence:
     """The residence the options choose: "pages" when any of :data:`OPTIONS` is given
-    (memory_budget and scratch then both needed); "domains" for a run over several MPI
-    ranks (``run_kwargs``' comm, or mpiexec's); else "memory"."""
+    (memory_budget and scratch then both needed), "domain_pages" for such a run over
+    several MPI ranks; "domains" for a run over several MPI ranks (``run_kwargs``' comm, or
+    mpiexec's); else "memory"."""
     if any(options.get(k) is not None for k in OPTIONS):
-        return RESIDENCES["pages"]
+        several = _several_ranks((run_kwargs or {}).get("comm"))
+        return RESIDENCES["domain_pages" if several else "pages"]
     if _several_ranks((run_kwargs or {}).get("comm")):
         return RESIDENCES["domains"]
     return RESIDENCES["memory"]
@@ -148,6 +161,11 @@ def of_checkpoint(path: Path, comm: Any = None) -> Residence:
         with gio.open_blocks(first, member=path.is_dir()) as snap:
             raw = snap.parameters.get("run_config")
     config = json.loads(raw) if raw else {}
+    if RESIDENCES["domain_pages"].holds(config):
+        if not _several_ranks(comm):
+            raise ValueError(f"{path}: a run out of core over MPI ranks resumes over ranks (mpiexec -n P gravpipe "
+                             "run --resume ..., each rank paging its share)")
+        return RESIDENCES["domain_pages"]
     if RESIDENCES["pages"].holds(config):
         return RESIDENCES["pages"]
     if _several_ranks(comm):

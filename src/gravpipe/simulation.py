@@ -32,6 +32,7 @@ from gravpipe import diagnostics, residence
 from gravpipe.domain_run import DomainRun
 from gravpipe.memory_run import MemoryRun
 from gravpipe.ooc_simulation import PagedRun
+from gravpipe.paged_domain_run import PagedDomainRun
 from gravpipe.particles import Particles
 
 # RunConfig, Timings, run_files and latest_checkpoint are public here too (users and the CLI
@@ -48,7 +49,8 @@ from gravpipe.run_loop import (  # noqa: F401
 #: the run of each residence (:data:`gravpipe.residence.RESIDENCES`), each with the
 #: constructors ``(particles, **kw)``, ``from_model(model, n, seed, **kw)``,
 #: ``from_snapshot(path, **kw)`` and ``resume(checkpoint, out, threads, **kw)``
-RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "domains": DomainRun, "pages": PagedRun}
+RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "domains": DomainRun, "pages": PagedRun,
+                                   "domain_pages": PagedDomainRun}
 assert set(RUNS) == set(residence.RESIDENCES), "every residence needs its run"
 
 

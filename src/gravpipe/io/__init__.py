@@ -27,8 +27,8 @@ from gravpipe.io.atomic import atomic_open, atomic_path
 from gravpipe.io.fields import FORMAT_VERSION, HEADER_ATTRS, PARTICLE_FIELDS, HeaderAttr, SnapshotField
 from gravpipe.io.snapshot import Snapshot, SnapshotError, write_snapshot
 # read_snapshot, read and describe take single files and multi-file sets alike
-from gravpipe.io.sets import (Share, describe, file_share, is_set, read, read_share, read_snapshot, set_members, unit_base,
-                              write_set, write_share, write_share_blocks)
+from gravpipe.io.sets import (Share, ShareHead, describe, file_share, is_set, read, read_share, read_share_blocks,
+                              read_snapshot, set_members, unit_base, write_set, write_share, write_share_blocks)
 from gravpipe.io.stream import BlockReader, BlockWriter, open_blocks, streamed_snapshot
 
 __all__ = [
@@ -50,6 +50,8 @@ __all__ = [
     "open_blocks",
     "read",
     "read_share",
+    "read_share_blocks",
+    "ShareHead",
     "read_snapshot",
     "set_members",
     "streamed_snapshot",

@@ -583,13 +583,29 @@ class Share:
     whole_member: bool            # the rows are member ``rank`` of a set of ``ranks`` members
 
 
-def read_share(path: str | os.PathLike[str], rank: int, ranks: int, *,
-               part_type: int = GRAVPIPE_PART_TYPE) -> Share:
-    """This rank's share of a snapshot (a single file or a set), read block-wise: member
-    ``rank`` when a set has ``ranks`` members (a run resumed on the P that wrote it takes
-    back what each rank wrote), else particles [N r / P, N (r + 1) / P) of the members in
-    order. Memory: the share and one member's header at a time; never the whole set.
-    Raises as ``read_snapshot``, and SnapshotError for a set whose members disagree."""
+@dataclass
+class ShareHead:
+    """What a rank learns of its share before reading its rows (:func:`read_share_blocks`)."""
+
+    n: int                        # this rank's rows
+    time: float
+    n_total: int                  # particles in the whole snapshot
+    parameters: dict[str, Any]    # member 0's /Parameters
+    state: dict[str, Any] | None  # /Integrator's whole-run entries (member 0's); None: no /Integrator
+    per_particle: list[str]       # the per-particle arrays each block carries besides the particles
+    whole_member: bool            # the rows are member ``rank`` of a set of ``ranks`` members
+
+
+def read_share_blocks(path: str | os.PathLike[str], rank: int, ranks: int, *, chunk: int = 1 << 20,
+                      part_type: int = GRAVPIPE_PART_TYPE) -> tuple[ShareHead, Any]:
+    """This rank's share of a snapshot (a single file or a set), as :func:`read_share` takes
+    it (member ``rank`` when a set has ``ranks`` members, else particles [N r / P, N (r + 1)
+    / P) of the members in order), read block by block: returns its head and a callable
+    whose every call iterates over the rows in blocks of at most ``chunk``, dicts of "pos"
+    (m, 3), "vel" (m, 3), "mass" (m,), "id" (m,) int64 and each per-particle array of the
+    file's /Integrator ((m,) or (m, width)). Memory: one block and one member's header at a
+    time (an out-of-core run fills its store from them). Raises as ``read_snapshot``, and
+    SnapshotError for a set whose members disagree."""
     from gravpipe.io.stream import open_blocks
 
     found = set_members(path)
@@ -605,27 +621,51 @@ def read_share(path: str | os.PathLike[str], rank: int, ranks: int, *,
     whole_member = len(members) == ranks and len(members) > 1
     starts = np.concatenate(([0], np.cumsum(counts)))
     b, e = (int(starts[rank]), int(starts[rank + 1])) if whole_member else file_share(total, rank, ranks)
-    blocks: list[dict[str, np.ndarray]] = []
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in per_particle}
-    for k, m in enumerate(members):
-        lo, hi = max(b, int(starts[k])), min(e, int(starts[k + 1]))
-        if lo >= hi and not (b == e and k == 0):
-            continue
-        with open_blocks(m, part_type=part_type, member=member) as r:
-            if r.time != time:
-                raise SnapshotError(f"{m}: Time {r.time} differs from {members[0].name}'s {time}: not one set")
-            s0 = int(starts[k])
-            lo, hi = (lo, hi) if lo < hi else (s0, s0)
-            blocks.append(r.arrays(lo - s0, hi - s0))
-            for name in per_particle:
-                rows[name].append(r.state_rows(name, lo - s0, hi - s0))
-    joined = {k: np.concatenate([blk[k] for blk in blocks]) for k in ("pos", "vel", "mass", "id")}
+    state = dict(whole or {}) if whole is not None or per_particle else None
+    head = ShareHead(e - b, time, total, parameters, state, list(per_particle), whole_member)
+
+    def blocks() -> Any:
+        for k, m in enumerate(members):
+            lo, hi = max(b, int(starts[k])), min(e, int(starts[k + 1]))
+            if lo >= hi:
+                continue
+            with open_blocks(m, part_type=part_type, member=member) as r:
+                if r.time != time:
+                    raise SnapshotError(f"{m}: Time {r.time} differs from {members[0].name}'s {time}: not one set")
+                s0 = int(starts[k])
+                for c in range(lo, hi, chunk):
+                    c1 = min(hi, c + chunk)
+                    blk = r.arrays(c - s0, c1 - s0)
+                    for name in per_particle:
+                        blk[name] = r.state_rows(name, c - s0, c1 - s0)
+                    yield blk
+
+    return head, blocks
+
+
+def read_share(path: str | os.PathLike[str], rank: int, ranks: int, *,
+               part_type: int = GRAVPIPE_PART_TYPE) -> Share:
+    """This rank's share of a snapshot (a single file or a set), read block-wise: member
+    ``rank`` when a set has ``ranks`` members (a run resumed on the P that wrote it takes
+    back what each rank wrote), else particles [N r / P, N (r + 1) / P) of the members in
+    order. Memory: the share and one member's header at a time; never the whole set.
+    Raises as ``read_snapshot``, and SnapshotError for a set whose members disagree."""
+    head, blocks = read_share_blocks(path, rank, ranks, part_type=part_type)
+    got = list(blocks())
+    if not got:  # an empty share: empty arrays of the file's kinds
+        from gravpipe.io.stream import open_blocks
+
+        found = set_members(path)
+        first = found[0] if found else Path(path)
+        with open_blocks(first, part_type=part_type, member=bool(found)) as r:
+            got = [dict(r.arrays(0, 0), **{k: r.state_rows(k, 0, 0) for k in head.per_particle})]
+    joined = {k: np.concatenate([blk[k] for blk in got]) for k in ("pos", "vel", "mass", "id", *head.per_particle)}
     state = None
-    if whole is not None or per_particle:
-        state = dict(whole or {})
-        state.update({k: np.concatenate(v) for k, v in rows.items()})
-    return Share(joined["pos"], joined["vel"], joined["mass"], joined["id"], time, total, parameters, state,
-                 whole_member)
+    if head.state is not None:
+        state = dict(head.state)
+        state.update({k: joined[k] for k in head.per_particle})
+    return Share(joined["pos"], joined["vel"], joined["mass"], joined["id"], head.time, head.n_total,
+                 head.parameters, state, head.whole_member)
 
 
 def unit_base(path: str | os.PathLike[str]) -> dict[str, float]:
