@@ -32,6 +32,9 @@ def test_out_of_core_ranks_are_the_in_core_ranks_bit_for_bit(tmp_path, ranks):
     for k in range(3):
         for name in ("pos", "vel", "acc", "pot"):
             assert np.array_equal(d[f"paged_{name}{k}"], d[f"core_{name}{k}"]), (name, k)
+    fine, core_fine = d["paged_fine"], d["core_fine"]
+    assert np.abs(fine - core_fine).max() < 1e-5 * np.abs(core_fine).max()
+    assert np.abs(fine - d["paged_pot2"]).max() > 1e-7 * np.abs(fine).max()  # a tree of its own, not the run's
     assert list(scratch.iterdir()) == []  # stores and migration files are gone
 
 

@@ -218,7 +218,9 @@ class PagedDomainRun(DomainRun):
         state = dict(self._engine.checkpoint())
         for k in [k for k in self.history[0] if not k.startswith("seconds_")]:
             state[f"history_{k}"] = np.array([row[k] for row in self.history])
-        widths = per_particle_widths(self.config.gravity, self.config.integrator)
+        # with their dtypes: a rank without particles yields no block to take them from
+        widths = {k: (w, "i8" if k == "domain_cost" else "f8")
+                  for k, w in per_particle_widths(self.config.gravity, self.config.integrator).items()}
         return gio.write_share_blocks(self.comm, path, self.local_n,
                                       lambda: self._blocks(["pos", "vel", "mass", "id", *widths]), self.time,
                                       parameters=self._parameters(), integrator_state=state,

@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 import gravpipe as gp
+from gravpipe.parallel.domain import global_frame
 from gravpipe.parallel.domain_leapfrog import DomainLeapfrog
 from gravpipe.parallel.essential_forces import EssentialTreeForces
 from gravpipe.parallel import paged_domain_leapfrog
@@ -42,6 +43,7 @@ def main(out: str, scratch: str) -> None:
     paged_src = EssentialTreeForces(comm, eps=1 / 64, G=1.0, threads=1)
     paged = PagedDomainLeapfrog(comm, lambda: iter([share]), e - b, forces=paged_src, dt=DT, t0=0.0,
                                 memory_budget=(5 << 20) // 2, scratch=scratch, outside_store=512 << 10)
+    paged.start()
     results = {}
     for k, t in enumerate(STOPS):
         core.evolve_to(t)
@@ -56,6 +58,16 @@ def main(out: str, scratch: str) -> None:
             for name, a, c in zip(("pos", "vel", "acc", "pot"), got, mine):
                 results[f"core_{name}{k}"], results[f"paged_{name}{k}"] = a, c
         assert paged.time == core.time
+    # the rows' precise potential: a float64 tree at theta 0.25 over the ranks, against the
+    # in-core one (its own frame: within the fine tree's error, not bits)
+    paged.diagnostic_potential(0.25)
+    fine = EssentialTreeForces(comm, eps=1 / 64, G=1.0, threads=1, theta=0.25, precision="double")
+    core_fine = fine.evaluate(core.positions(), core.masses(), global_frame(comm, core.positions())).pot
+    rows = {f: np.concatenate([blk[f] for blk in paged.blocks(["id", "pot_check"])]) for f in ("id", "pot_check")}
+    got = by_id(comm, core.ids(), core_fine)
+    mine = by_id(comm, rows["id"], rows["pot_check"])
+    if comm.rank == 0:
+        results["core_fine"], results["paged_fine"] = got[0], mine[0]
     counters = comm.gather(paged.io_bytes | {"read_now": paged._store._core.counters()["misses"]
                                              if paged.n else 0})
     if comm.rank == 0:
