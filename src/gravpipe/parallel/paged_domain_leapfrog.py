@@ -50,7 +50,7 @@ from gravpipe.parallel.domain_leapfrog import (FRAME_FIELD, REBALANCE, SPLITTERS
 from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, domains, exchange_pieces
 from gravpipe.parallel.streamed_cut import streamed_splitters
 from gravpipe.pipeline import PipelineStats
-from gravpipe.store import ParticleStore, page_bytes_for_budget
+from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget
 
 #: particles a block of the passes over the store reads and writes at once
 BLOCK = 1 << 16
@@ -94,8 +94,9 @@ class PagedDomainLeapfrog:
         self.scratch = Path(scratch)
         self.store_budget = self.budget - int(outside_store)
         if self.store_budget <= 0:
-            raise MemoryBudgetError(f"memory budget {self.budget:,} bytes: a rank keeps {int(outside_store):,} of "
-                                    "it for what lives outside its store", self.budget, int(outside_store) + (16 << 20))
+            raise MemoryBudgetError(f"memory budget {format_bytes(self.budget)} a rank is too small: a rank keeps "
+                                    f"{format_bytes(int(outside_store))} of it for what lives outside its store",
+                                    self.budget, int(outside_store) + (16 << 20))
         self.page_bytes = int(page_bytes_for_budget(self.store_budget))
         self._splitters: np.ndarray | None = None
         self._frame: tuple[np.ndarray, np.ndarray] | None = None
@@ -148,8 +149,17 @@ class PagedDomainLeapfrog:
         if n == 0:
             return
         threads = self.forces.threads
-        plan = plan_budget(n, self.store_budget, self.page_bytes, threads, self.forces._tree_args["n_leaf"],
-                           self.forces._tree_args["n_crit"])
+        try:
+            plan = plan_budget(n, self.store_budget, self.page_bytes, threads, self.forces._tree_args["n_leaf"],
+                               self.forces._tree_args["n_crit"])
+        except MemoryBudgetError as e:  # named in the rank's budget, not its store's
+            outside = self.budget - self.store_budget
+            least = int(e.least_budget or 0) + outside
+            raise MemoryBudgetError(
+                f"memory budget {format_bytes(self.budget)} a rank is too small for the {n:,} particles this rank "
+                f"holds out of core: the least budget that works is {format_bytes(least)} ({least} bytes; "
+                f"{format_bytes(outside)} of it kept for what lives outside the store). The store: {e}",
+                self.budget, least) from None
         self._plan = plan
         self._store = ParticleStore(self.scratch, n, plan.budget, page_bytes=self.page_bytes, extra_fields=FIELDS,
                                     cache_bytes=plan.cache, threads=threads)
