@@ -253,8 +253,6 @@ class PagedDomainRun(DomainRun):
         if budget is None:
             raise ValueError("memory_budget: give each rank's budget to resume out of core")
         state = {k: v for k, v in head.state.items() if not k.startswith("history_")}
-        if state.get("domain_splitters") is not None and not head.whole_member:
-            state.pop("domain_splitters")  # cut for another number of ranks
         run = cls.__new__(cls)
         run._setup_paged(comm, _with_costs(blocks), head.n, head.n_total, {"checkpoint": _file_fact(checkpoint)},
                          kw, budget, scratch, restart=(config, state, _history(head.state)))

@@ -124,6 +124,14 @@ def migrate(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
     rank owns, from rank 0's first, each sender's in its own order. Collective
     (Alltoall of counts, one Alltoallv per dtype).
     """
+    recv_f, recv_i, _, sent = exchange_rows(comm, owner, f64, i64)
+    return recv_f, recv_i, sent
+
+
+def exchange_rows(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`migrate`, also returning how many rows each rank sent here: (f64 (m, a),
+    i64 (m, b), rows from each rank (ranks,) int64, bytes this rank sent to other ranks)."""
     ranks, me = comm.Get_size(), comm.Get_rank()
     owner = np.asarray(owner, np.int64)
     if len(owner) and (owner.min() < 0 or owner.max() >= ranks):
@@ -139,7 +147,7 @@ def migrate(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
     recv_i = alltoallv(comm, send_i, send_counts, recv_counts)
     row_bytes = send_f.itemsize * send_f.shape[1] + send_i.itemsize * send_i.shape[1]
     sent = int(send_counts.sum() - send_counts[me]) * row_bytes
-    return recv_f, recv_i, sent
+    return recv_f, recv_i, recv_counts, sent
 
 
 def alltoallv(comm: Any, send: np.ndarray, send_rows: np.ndarray, recv_rows: np.ndarray) -> np.ndarray:

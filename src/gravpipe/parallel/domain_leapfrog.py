@@ -106,15 +106,7 @@ class DomainLeapfrog:
             self._acc = np.asarray(restart["acc"], np.float64).reshape(n, 3).copy()
             self._pot = np.asarray(restart["pot"], np.float64).reshape(n).copy()
             self._cost = np.asarray(restart["domain_cost"], np.int64).reshape(n).copy()
-            self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
-            self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
-            frame = restart.get(FRAME_FIELD)
-            if frame is not None:
-                frame = np.asarray(frame, np.float64).reshape(6)
-                self._frame = (frame[:3].copy(), frame[3:].copy())
-            cuts = restart.get(SPLITTERS_FIELD)
-            if cuts is not None and len(cuts) == comm.Get_size() - 1:
-                self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
+            self._steps, self._origin, self._frame, self._splitters = restored(restart, comm.Get_size())
 
     # ---- the clock -------------------------------------------------------------------------
     @property
@@ -320,6 +312,21 @@ class DomainLeapfrog:
         walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
         return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
                              seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+
+def restored(restart: dict[str, np.ndarray], ranks: int
+             ) -> tuple[int, float, tuple[np.ndarray, np.ndarray] | None, np.ndarray | None]:
+    """(steps, grid origin, frame (lo, hi) or None, cuts (uint64 (ranks - 1,)) or None) of a
+    checkpoint's run entries; cuts made for another number of ranks are not kept."""
+    steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
+    origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
+    frame = restart.get(FRAME_FIELD)
+    if frame is not None:
+        frame = np.asarray(frame, np.float64).reshape(6)
+        frame = (frame[:3].copy(), frame[3:].copy())
+    cuts = restart.get(SPLITTERS_FIELD)
+    cuts = None if cuts is None or len(cuts) != ranks - 1 else np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
+    return steps, origin, frame, cuts
 
 
 def predicted(pos: np.ndarray, vel: np.ndarray, acc: np.ndarray, dt: float) -> np.ndarray:

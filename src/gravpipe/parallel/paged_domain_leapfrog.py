@@ -44,9 +44,9 @@ import numpy as np
 from gravpipe import _core
 from gravpipe.errors import MemoryBudgetError
 from gravpipe.ooc import CARRIED, OOC_FIELDS, plan_budget, tree_keep_free
-from gravpipe.parallel.domain import alltoallv, curve_keys, owners
+from gravpipe.parallel.domain import curve_keys, exchange_rows, owners
 from gravpipe.parallel.domain_leapfrog import (FRAME_FIELD, REBALANCE, SPLITTERS_FIELD, cost_by_owner, imbalance,
-                                               kept_frame, predicted)
+                                               kept_frame, predicted, restored)
 from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, domains, exchange_pieces
 from gravpipe.parallel.streamed_cut import streamed_splitters
 from gravpipe.pipeline import PipelineStats
@@ -119,15 +119,7 @@ class PagedDomainLeapfrog:
         if restart is None:
             self._origin, self._steps = float(t0), 0
         else:
-            self._steps = int(np.asarray(restart["steps"]).reshape(-1)[0])
-            self._origin = float(np.asarray(restart["grid_origin"]).reshape(-1)[0])
-            frame = restart.get(FRAME_FIELD)
-            if frame is not None:
-                frame = np.asarray(frame, np.float64).reshape(6)
-                self._frame = (frame[:3].copy(), frame[3:].copy())
-            cuts = restart.get(SPLITTERS_FIELD)
-            if cuts is not None and len(cuts) == comm.Get_size() - 1:
-                self._splitters = np.asarray(cuts).astype(np.int64).view(np.uint64).copy()
+            self._steps, self._origin, self._frame, self._splitters = restored(restart, comm.Get_size())
 
     def start(self) -> None:
         """The start-up: the domains cut, the particles moved there, their forces evaluated
@@ -324,13 +316,13 @@ class PagedDomainLeapfrog:
                     leave = owner != me
                     _append(files[me], f64[~leave], i64[~leave])
                     counts[me] += int((~leave).sum())
-                    arrived, per_sender, sent = _exchange_rows(comm, owner[leave], f64[leave], i64[leave])
+                    got_f, got_i, per_sender, sent = exchange_rows(comm, owner[leave], f64[leave], i64[leave])
                     sent_bytes += sent
                     at = 0
                     for r in range(ranks):
                         k = int(per_sender[r])
                         if k:
-                            _append(files[r], arrived[0][at:at + k], arrived[1][at:at + k])
+                            _append(files[r], got_f[at:at + k], got_i[at:at + k])
                             counts[r] += k
                             at += k
                 self._last_migrated = sent_bytes
@@ -520,18 +512,3 @@ def _append(files: tuple[Any, Any], f64: np.ndarray, i64: np.ndarray) -> None:
     if len(f64):
         np.ascontiguousarray(f64, np.float64).tofile(files[0])
         np.ascontiguousarray(i64, np.int64).reshape(-1).tofile(files[1])
-
-
-def _exchange_rows(comm: Any, owner: np.ndarray, f64: np.ndarray, i64: np.ndarray
-                   ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, int]:
-    """Each row to its owner; returns (the rows received (f64, i64), senders first to last,
-    how many each sender sent, the bytes this rank sent). Collective."""
-    ranks = comm.Get_size()
-    order = np.argsort(owner.astype(np.int16) if ranks < 2**15 else owner, kind="stable")
-    send_f, send_i = np.ascontiguousarray(f64[order]), np.ascontiguousarray(i64[order])
-    send_counts = np.bincount(owner, minlength=ranks).astype(np.int64)
-    recv_counts = np.empty(ranks, np.int64)
-    comm.Alltoall(send_counts, recv_counts)
-    recv_f = alltoallv(comm, send_f, send_counts, recv_counts)
-    recv_i = alltoallv(comm, send_i, send_counts, recv_counts)
-    return (recv_f, recv_i), recv_counts, int(send_f.nbytes + send_i.nbytes)
