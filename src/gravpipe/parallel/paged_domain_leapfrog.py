@@ -261,43 +261,58 @@ class PagedDomainLeapfrog:
             yield where, np.maximum(s.read("domain_cost", b, e), 1), b
 
     def _decompose(self, dt: float = 0.0) -> None:
-        """DomainLeapfrog._decompose over the store's blocks (see the module docstring)."""
+        """DomainLeapfrog._decompose over the store's blocks (see the module docstring). The
+        first pass finds the box of the drifted positions and, while the frame and the cuts
+        are kept (most steps), the owners in them, their summed costs and, in a scratch file
+        (2 bytes a particle below 32768 ranks), each particle's owner for the migration: one pass where the
+        frame or a cut that moves needs several."""
         t0 = time.perf_counter()
-        comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
-        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
-        for where, _, _ in self._where_blocks(dt):
-            lo, hi = np.minimum(lo, where.min(axis=0)), np.maximum(hi, where.max(axis=0))
-        corners = np.vstack((lo, hi)) if self.n else np.empty((0, 3))  # their box is the positions'
-        with self.comm_clock:
-            self._frame = kept_frame(comm, self._frame, corners)
-        lo, hi = self._frame
-        threads = self.forces.threads
-
-        def keyed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            for where, cost, _ in self._where_blocks(dt):
-                yield curve_keys(where, lo, hi, threads), cost
-
-        cut = self._splitters is None
-        if not cut:
+        comm, ranks = self.comm, self.comm.Get_size()
+        with tempfile.TemporaryDirectory(prefix="gravpipe-decompose-", dir=self.scratch) as tmp:
+            kept, cuts = self._frame, self._splitters
             mine = np.zeros(ranks, np.int64)
-            for keys, cost in keyed():
-                mine += cost_by_owner(owners(keys, self._splitters), cost, ranks)
-            with self.comm_clock:
-                cut = imbalance(comm, mine) > self.rebalance
-        if cut:
-            with self.comm_clock:
-                self._splitters = streamed_splitters(comm, keyed)
-            self.cuts += 1
-        self._migrate(dt, lo, hi)
+            lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+            with open(Path(tmp) / "owners", "w+b") as guessed:
+                for where, cost, _ in self._where_blocks(dt):
+                    lo, hi = np.minimum(lo, where.min(axis=0)), np.maximum(hi, where.max(axis=0))
+                    if kept is not None and cuts is not None:  # a guess: the frame stays
+                        owner = owners(curve_keys(where, *kept, self.forces.threads), cuts)
+                        mine += cost_by_owner(owner, cost, ranks)
+                        owner.astype(_owner_dtype(ranks)).tofile(guessed)
+                corners = np.vstack((lo, hi)) if self.n else np.empty((0, 3))  # their box is the positions'
+                with self.comm_clock:
+                    self._frame = kept_frame(comm, kept, corners)
+                guess = cuts is not None and self._frame is kept
+                if cuts is not None and not guess:  # a new frame: the costs by owner again
+                    mine[:] = 0
+                    for keys, cost in self._keyed(dt):
+                        mine += cost_by_owner(owners(keys, cuts), cost, ranks)
+                cut = cuts is None
+                if not cut:
+                    with self.comm_clock:
+                        cut = imbalance(comm, mine) > self.rebalance
+                if cut:
+                    with self.comm_clock:
+                        self._splitters = streamed_splitters(comm, lambda: self._keyed(dt))
+                    self.cuts += 1
+                guessed.seek(0)
+                self._migrate(dt, guessed if guess and not cut else None)
         seconds = time.perf_counter() - t0
         self.seconds_decompose += seconds
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + seconds
         self.last_stages = {"decompose": seconds}
 
-    def _migrate(self, dt: float, lo: np.ndarray, hi: np.ndarray) -> None:
+    def _keyed(self, dt: float) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(curve keys in the frame (m,) uint64, cost (m,)) of the store's blocks after a
+        drift of dt."""
+        for where, cost, _ in self._where_blocks(dt):
+            yield curve_keys(where, *self._frame, self.forces.threads), cost
+
+    def _migrate(self, dt: float, owner_file: Any) -> None:
         """Every particle to the rank whose range holds where the step drifts it: rounds of
         one block per rank (every rank takes part in each), stayers and each sender's
-        arrivals to files of their own, then the store made again from them."""
+        arrivals to files of their own, then the store made again from them. ``owner_file``:
+        each particle's owner (int16, store order), or None: found from the drifted positions."""
         from mpi4py import MPI
 
         comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
@@ -308,11 +323,9 @@ class PagedDomainLeapfrog:
                      for r in range(ranks)]
             try:
                 counts = np.zeros(ranks, np.int64)
-                blocks = self._where_blocks(dt)
                 sent_bytes = 0
-                for _ in range(rounds):
-                    got = next(blocks, None)
-                    f64, i64, owner = self._rows_of(got, lo, hi)
+                for k in range(rounds):
+                    f64, i64, owner = self._rows_of(k * BLOCK, dt, owner_file)
                     leave = owner != me
                     _append(files[me], f64[~leave], i64[~leave])
                     counts[me] += int((~leave).sum())
@@ -320,11 +333,11 @@ class PagedDomainLeapfrog:
                     sent_bytes += sent
                     at = 0
                     for r in range(ranks):
-                        k = int(per_sender[r])
-                        if k:
-                            _append(files[r], got_f[at:at + k], got_i[at:at + k])
-                            counts[r] += k
-                            at += k
+                        m = int(per_sender[r])
+                        if m:
+                            _append(files[r], got_f[at:at + m], got_i[at:at + m])
+                            counts[r] += m
+                            at += m
                 self._last_migrated = sent_bytes
                 self._refill(files, counts)
             finally:
@@ -332,16 +345,22 @@ class PagedDomainLeapfrog:
                     for f in pair:
                         f.close()
 
-    def _rows_of(self, got: tuple | None, lo: np.ndarray, hi: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A block's migrating rows: f64 (m, 10) pos vel mass acc, i64 (m, 1) id, owner (m,)."""
-        if got is None:
+    def _rows_of(self, b: int, dt: float, owner_file: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The migrating rows of the block at b (none past the store's end): f64 (m, 10) pos
+        vel mass acc, i64 (m, 1) id, and each one's owner (m,) int64, read from owner_file or
+        found from where a drift of dt takes it."""
+        e = min(self.n, b + BLOCK)
+        if b >= e:
             return np.empty((0, _F64_WIDTH)), np.empty((0, 1), np.int64), np.empty(0, np.int64)
-        where, _, b = got
-        e = b + len(where)
         s = self._store
-        owner = owners(curve_keys(where, lo, hi, self.forces.threads), self._splitters)
         f64 = np.column_stack([s.read(name, b, e).reshape(e - b, w) for name, w in _F64])
+        if owner_file is not None:
+            owner = np.fromfile(owner_file, _owner_dtype(self.comm.Get_size()), e - b).astype(np.int64)
+        else:
+            pos = f64[:, 0:3]
+            where = pos if dt == 0 else predicted(pos, f64[:, 3:6], f64[:, 7:10], dt)
+            owner = owners(curve_keys(np.ascontiguousarray(where), *self._frame, self.forces.threads),
+                           self._splitters)
         return f64, s.read("id", b, e).reshape(-1, 1), owner
 
     def _refill(self, files: list, counts: np.ndarray) -> None:
@@ -505,6 +524,11 @@ def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
         pos = store.read("pos", b, min(n, b + BLOCK))
         lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
     return lo, hi
+
+
+def _owner_dtype(ranks: int) -> Any:
+    """The narrowest integer that holds every rank number."""
+    return np.int16 if ranks < 2**15 else np.int32
 
 
 def _append(files: tuple[Any, Any], f64: np.ndarray, i64: np.ndarray) -> None:
