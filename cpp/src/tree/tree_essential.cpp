@@ -22,6 +22,29 @@ void put_links(std::vector<std::int64_t>& links, std::int64_t first_child, std::
   links.insert(links.end(), row, row + kPieceCellInts);
 }
 
+/// Boxes of a receiver's domain that one box around them stands for in the export's first tests.
+constexpr std::size_t kBoxesPerSuper = 32;
+
+/// A domain box as the group the MAC tests against (it excludes nothing).
+Group group_of(const DomainBox& b) {
+  Group g;
+  for (int a = 0; a < 3; ++a) g.lo[a] = b.lo[a], g.hi[a] = b.hi[a];
+  g.a_min = b.a_min;
+  return g;
+}
+
+/// The box around groups [first, last), with the smallest positive old |a| among them: a
+/// cell it accepts, each of them accepts.
+Group union_of(const std::vector<Group>& groups, std::size_t first, std::size_t last) {
+  Group u = groups[first];
+  for (std::size_t k = first + 1; k < last; ++k) {
+    const Group& g = groups[k];
+    for (int a = 0; a < 3; ++a) u.lo[a] = std::min(u.lo[a], g.lo[a]), u.hi[a] = std::max(u.hi[a], g.hi[a]);
+    u.a_min = u.a_min > 0 && g.a_min > 0 ? std::min(u.a_min, g.a_min) : std::max(u.a_min, g.a_min);
+  }
+  return u;
+}
+
 /// The root's box in a piece row: lo (3), hi (3), size, at kPieceColumns' places 4..10.
 void put_box(double* row, const double lo[3], const double hi[3]) {
   for (int a = 0; a < 3; ++a) row[4 + a] = lo[a], row[7 + a] = hi[a];
@@ -36,26 +59,31 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
                             const double hi[3], Span<const DomainBox> d, const MacParams& mac) {
   EssentialPiece out;
   // each box of the receiver's domain as a group that excludes nothing: it holds none of
-  // our particles
+  // our particles; a box accepts a cell when a box around it does (the MAC distance only
+  // grows as a box shrinks), so runs of kBoxesPerSuper boxes and the whole domain get boxes
+  // of their own, tested first: most cells are settled by one or a few tests, not 1024
   std::vector<Group> boxes;
-  for (const DomainBox& b : d) {
-    if (b.empty()) continue;
-    Group g;
-    for (int a = 0; a < 3; ++a) g.lo[a] = b.lo[a], g.hi[a] = b.hi[a];
-    g.a_min = b.a_min;
-    boxes.push_back(g);
-  }
+  for (const DomainBox& b : d)
+    if (!b.empty()) boxes.push_back(group_of(b));
   if (boxes.empty()) return out;
-  std::vector<Acceptor<Cells>> acceptors;
-  acceptors.reserve(boxes.size());
-  for (const Group& g : boxes) acceptors.emplace_back(cells, g, mac);
-  // the box that refused the last cell: its neighbours' likely refuser, tested first
-  std::size_t refuser = 0;
+  std::vector<Group> supers;
+  for (std::size_t b = 0; b < boxes.size(); b += kBoxesPerSuper)
+    supers.push_back(union_of(boxes, b, std::min(boxes.size(), b + kBoxesPerSuper)));
+  const Group whole = union_of(supers, 0, supers.size());
+  std::vector<Acceptor<Cells>> box_acceptors, super_acceptors;
+  box_acceptors.reserve(boxes.size()), super_acceptors.reserve(supers.size());
+  for (const Group& g : boxes) box_acceptors.emplace_back(cells, g, mac);
+  for (const Group& g : supers) super_acceptors.emplace_back(cells, g, mac);
+  const Acceptor<Cells> whole_acceptor(cells, whole, mac);
   const auto every_box_accepts = [&](std::int32_t k, const WalkCell& c) {
     double d2 = 0;
-    if (!acceptors[refuser].accepts(k, c, d2)) return false;
-    for (std::size_t b = 0; b < acceptors.size(); ++b)
-      if (b != refuser && !acceptors[b].accepts(k, c, d2)) return refuser = b, false;
+    if (whole_acceptor.accepts(k, c, d2)) return true;
+    for (std::size_t s = 0; s < supers.size(); ++s) {
+      if (super_acceptors[s].accepts(k, c, d2)) continue;
+      const std::size_t end = std::min(boxes.size(), (s + 1) * kBoxesPerSuper);
+      for (std::size_t b = s * kBoxesPerSuper; b < end; ++b)
+        if (!box_acceptors[b].accepts(k, c, d2)) return false;
+    }
     return true;
   };
   std::vector<std::int32_t> queue{cells.root()};  // source cells in piece order (breadth first)
