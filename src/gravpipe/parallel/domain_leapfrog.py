@@ -198,12 +198,11 @@ class DomainLeapfrog:
         if len(leave) or len(f64):
             stay = np.ones(len(owner), bool)
             stay[leave] = False
+            keep = np.flatnonzero(stay)
             cols = np.cumsum([0, 3, 3, 1, 3, 1])
             self._pos, self._vel, self._mass, self._acc, self._pot = (
-                np.concatenate((a[stay], f64[:, cols[k]:cols[k + 1]].reshape((-1,) + a.shape[1:])))
-                for k, a in enumerate(fields))
-            self._ids = np.concatenate((self._ids[stay], i64[:, 0]))
-            self._cost = np.concatenate((self._cost[stay], i64[:, 1]))
+                _kept_then(a, keep, f64[:, cols[k]:cols[k + 1]]) for k, a in enumerate(fields))
+            self._ids, self._cost = (_kept_then(a, keep, i64[:, k]) for k, a in enumerate((self._ids, self._cost)))
         self.seconds_decompose += _now() - t0
         self.stages["decompose"] = self.stages.get("decompose", 0.0) + _now() - t0
 
@@ -312,6 +311,15 @@ class DomainLeapfrog:
         walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
         return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
                              seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+
+def _kept_then(a: np.ndarray, keep: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
+    """Rows ``keep`` of ``a`` (n, ...) followed by ``arrivals`` (m, width) reshaped to a's
+    rows, in one new array: one copy of the stayers, not two (a[keep], then a concatenation)."""
+    out = np.empty((len(keep) + len(arrivals),) + a.shape[1:], a.dtype)
+    np.take(a, keep, axis=0, out=out[:len(keep)])
+    out[len(keep):] = arrivals.reshape((-1,) + a.shape[1:])
+    return out
 
 
 def restored(restart: dict[str, np.ndarray], ranks: int
