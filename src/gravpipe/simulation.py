@@ -91,7 +91,9 @@ class Simulation:
     memory_budget, scratch, page_bytes : the particles in the pages of a scratch file in
         ``scratch``, everything that grows with N within ``memory_budget`` ("4GiB" or bytes;
         residence "pages": gravity="tree", the leapfrog, the CPU, one process; ``page_bytes``
-        default: from the budget). Without them the particles live in memory.
+        default: from the budget). Over several MPI ranks (residence "domain_pages") each rank
+        pages its own share in a scratch file of its own within ``memory_budget`` a rank.
+        Without them the particles live in memory.
     n_leaf, n_crit : the paged tree's leaf and group sizes (pages only).
     """
 
@@ -148,7 +150,8 @@ class Simulation:
     # ---- the run's state and records ------------------------------------------------------
     @property
     def residence(self) -> str:
-        """Where the particles live: "memory", "domains" or "pages" (:data:`gravpipe.residence.RESIDENCES`)."""
+        """Where the particles live: "memory", "domains", "pages" or "domain_pages"
+        (:data:`gravpipe.residence.RESIDENCES`)."""
         return next(name for name, run in RUNS.items() if isinstance(self._run, run))
 
     @property
