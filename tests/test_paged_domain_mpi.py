@@ -28,6 +28,7 @@ def test_out_of_core_ranks_are_the_in_core_ranks_bit_for_bit(tmp_path, ranks):
     assert r.returncode == 0, r.stdout + r.stderr
     d = np.load(out)
     assert int(d["misses"]) > 0, "the budget held every page: nothing was paged"
+    assert bool(d["transit_warned"])  # pieces beyond what the rank keeps outside its store are said
     assert int(d["cuts"]) == int(d["core_cuts"]) >= 1
     for k in range(3):
         for name in ("pos", "vel", "acc", "pot"):

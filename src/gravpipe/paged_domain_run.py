@@ -60,10 +60,8 @@ class PagedDomainRun(DomainRun):
         b, e = gio.file_share(particles.n, comm.Get_rank(), comm.Get_size())
         share = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
                  "id": particles.id[b:e]}
-        from gravpipe.parallel.consistency import particles_digest
-
         self._setup_paged(comm, lambda: iter([share]), e - b, particles.n,
-                          {"initial conditions (digest)": particles_digest(particles)},
+                          {"initial conditions (digest)": consistency.particles_digest(particles)},
                           dict(kwargs, gravity=gravity, integrator=integrator), memory_budget, scratch)
 
     @classmethod
@@ -225,9 +223,6 @@ class PagedDomainRun(DomainRun):
                                       lambda: self._blocks(["pos", "vel", "mass", "id", *widths]), self.time,
                                       parameters=self._parameters(), integrator_state=state,
                                       per_particle_state_widths=widths)
-
-    def _parameters(self) -> dict[str, Any]:
-        return super()._parameters()
 
     @classmethod
     def resume(cls, checkpoint: Path, out: str | Path, threads: int | None = None, comm: Any = None, *,

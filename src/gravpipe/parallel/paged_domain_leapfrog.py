@@ -5,10 +5,11 @@ The step of :class:`~gravpipe.parallel.domain_leapfrog.DomainLeapfrog`, with eac
 particles in a paged store (:class:`gravpipe.store.ParticleStore`) under its memory budget
 instead of in arrays:
 
-1. **decompose**: passes over the store's blocks give the box of the positions the step
-   will drift to (the frame, kept while it holds them), the summed cost each rank would own
-   (the cuts are kept while balanced, else cut again by a streamed bisection,
-   :func:`~gravpipe.parallel.streamed_cut.streamed_splitters`), and then, block by block in
+1. **decompose**: one pass over the store's blocks gives the box of the positions the step
+   will drift to (the frame, kept while it holds them) and, in the kept frame and cuts, each
+   particle's owner (to a scratch file) and the summed cost each rank would own; the cuts
+   are kept while balanced, else cut again by a streamed bisection
+   (:func:`~gravpipe.parallel.streamed_cut.streamed_splitters`). Then, block by block in
    rounds every rank takes together, the particles that leave go to their owners while
    those that stay go to a scratch file, the arrivals to one file per sender; the store is
    made again from the files (the stayers in their order, then the arrivals, senders in
@@ -55,11 +56,14 @@ from gravpipe.store import ParticleStore, format_bytes, page_bytes_for_budget
 #: particles a block of the passes over the store reads and writes at once
 BLOCK = 1 << 16
 #: bytes of a rank's budget kept by default for what lives outside its store: the arrays of
-#: a block of the passes (~400 bytes a particle: ~26 MB), the pieces on their way through MPI
+#: a block of the passes (_BLOCK_BYTES_PER_PARTICLE: ~26 MB), the pieces on their way through MPI
 #: before the graft copies them into the budget, the interpreter's own arrays
 OUTSIDE_STORE = 96 << 20
 #: the store's fields: the paged leapfrog's and the domain cost
 FIELDS: dict[str, tuple[int, str]] = OOC_FIELDS | {"domain_cost": (1, "i64")}
+#: bytes of the arrays a block of the passes holds at once, a particle (where, keys, the
+#: migrating rows and their sorted copies)
+_BLOCK_BYTES_PER_PARTICLE = 400
 #: float64 columns a migrating particle carries: pos (3), vel (3), mass, acc (3); and int64: id
 _F64 = (("pos", 3), ("vel", 3), ("mass", 1), ("acc", 3))
 _F64_WIDTH = 10
@@ -114,6 +118,7 @@ class PagedDomainLeapfrog:
         self._last_migrated = 0
         self._tree_stats: dict[str, Any] = {}
         self._store: ParticleStore | None = None
+        self._transit_warned = False
         self._started = restart is not None
         self._fill(blocks, int(n), check)
         if restart is None:
@@ -434,6 +439,7 @@ class PagedDomainLeapfrog:
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
         recv, essential = exchange_pieces(comm, pieces, exchange)
         stages["exchange"] = exchange.seconds
+        self._check_transit(sum(a.nbytes for a in recv[:3]))
         interactions = 0
         if tree is not None:
             with _timed(stages, "graft"):
@@ -466,6 +472,24 @@ class PagedDomainLeapfrog:
         st_["seconds_j_write"] += sum(stages.get(k, 0.0) for k in ("sort", "build", "export", "graft"))
         st_["seconds_comm"] += stages["exchange"]
         st_["seconds_total"] += time.perf_counter() - t_start
+
+    def _check_transit(self, nbytes: int) -> None:
+        """Warn (once a run) when the pieces received this evaluation, held outside the store
+        until the graft copies them into its budget, do not fit beside a block's arrays in
+        what the rank keeps outside its store: the process then exceeds its budget by that
+        much (the pieces of a centrally concentrated model cut through its core are large)."""
+        room = self.budget - self.store_budget - BLOCK * _BLOCK_BYTES_PER_PARTICLE
+        if nbytes > room and not self._transit_warned:
+            import warnings
+
+            from gravpipe.errors import MemoryBudgetWarning
+
+            self._transit_warned = True
+            warnings.warn(MemoryBudgetWarning(
+                f"the essential pieces this rank received take {format_bytes(nbytes)} outside its store until "
+                f"grafted, more than the {format_bytes(max(room, 0))} its budget keeps for them: the process "
+                f"exceeds {format_bytes(self.budget)} by up to {format_bytes(nbytes - max(room, 0))}"),
+                stacklevel=3)
 
     # ---- what the run reads ---------------------------------------------------------------------
     def checkpoint(self) -> dict[str, np.ndarray]:
