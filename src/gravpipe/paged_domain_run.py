@@ -97,6 +97,7 @@ class PagedDomainRun(DomainRun):
                      restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
         self.comm = comm
         self._n = int(n_total)
+        kw = dict(kw, gravity=kw.get("gravity") or "tree")  # the residence takes the treecode only
         kind, gparams, spec, params, backend, eps, G, precision, t0 = consistency.agreed(
             comm, lambda: _paged_options(self._n, comm.Get_size(), kw))
         threads = parallel.threads_per_rank(comm) if kw.get("threads") is None else int(kw["threads"])

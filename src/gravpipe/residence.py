@@ -122,8 +122,8 @@ RESIDENCES: dict[str, Residence] = {
     "domain_pages": Residence(
         "domain_pages", "over MPI ranks, each rank's share in the pages of its own scratch file within its memory "
         "budget", options=("memory_budget", "scratch"),
-        limits={"integrator": (None, "leapfrog"), "backend": (None, "auto", "cpu"), "eta": (None,),
-                "eta_s": (None,), "dt_max": (None,)},
+        limits={"gravity": ("tree",), "integrator": (None, "leapfrog"), "backend": (None, "auto", "cpu"),
+                "eta": (None,), "eta_s": (None,), "dt_max": (None,)},
         holds=lambda config: bool(config.get("out_of_core")) and bool(config.get("distributed"))),
 }
 

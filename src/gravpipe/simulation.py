@@ -54,6 +54,18 @@ RUNS: dict[str, type[RunLoop]] = {"memory": MemoryRun, "domains": DomainRun, "pa
 assert set(RUNS) == set(residence.RESIDENCES), "every residence needs its run"
 
 
+def _placed(home: residence.Residence, options: dict[str, Any], run_kw: dict[str, Any]) -> dict[str, Any]:
+    """``home.run_kwargs``: over several MPI ranks checked under ``consistency.agreed``, so
+    that an option every rank refuses alike is said once and no rank aborts."""
+    from gravpipe.parallel import consistency
+    from gravpipe.parallel.comm import resolve_comm
+
+    comm = resolve_comm(run_kw.get("comm"))
+    if comm is None:
+        return home.run_kwargs(options, run_kw)
+    return consistency.agreed(comm, lambda: home.run_kwargs(options, run_kw))
+
+
 def _options(memory_budget: Any, scratch: Any, page_bytes: Any = None) -> dict[str, Any]:
     return {"memory_budget": memory_budget, "scratch": scratch, "page_bytes": page_bytes}
 
@@ -103,7 +115,7 @@ class Simulation:
         options = _options(memory_budget, scratch, page_bytes)
         run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
         home = residence.resolve(options, run_kw)
-        self._run = RUNS[home.name](particles, **home.run_kwargs(options, run_kw))
+        self._run = RUNS[home.name](particles, **_placed(home, options, run_kw))
 
     @classmethod
     def _of(cls, run: RunLoop) -> Simulation:
@@ -121,7 +133,7 @@ class Simulation:
         options = _options(memory_budget, scratch, page_bytes)
         run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
         home = residence.resolve(options, run_kw)
-        return cls._of(RUNS[home.name].from_model(model, n, seed, **home.run_kwargs(options, run_kw)))
+        return cls._of(RUNS[home.name].from_model(model, n, seed, **_placed(home, options, run_kw)))
 
     @classmethod
     def from_snapshot(cls, path: str | Path, gravity: str = "direct", integrator: str | None = None, *,
@@ -132,7 +144,7 @@ class Simulation:
         options = _options(memory_budget, scratch, page_bytes)
         run_kw = dict(kwargs, gravity=gravity, integrator=integrator)
         home = residence.resolve(options, run_kw)
-        return cls._of(RUNS[home.name].from_snapshot(path, **home.run_kwargs(options, run_kw)))
+        return cls._of(RUNS[home.name].from_snapshot(path, **_placed(home, options, run_kw)))
 
     @classmethod
     def resume(cls, out: str | Path, threads: int | None = None, comm: Any = None, *,

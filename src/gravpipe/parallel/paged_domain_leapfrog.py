@@ -455,20 +455,17 @@ class PagedDomainLeapfrog:
         if diagnostic:
             return
         self._tree_stats = stats if s is not None else {}
-        everyone = np.array(comm.allgather((interactions, essential, self._last_migrated)), np.int64)
-        b = self.forces.balance
-        b.evaluations += 1
-        b.interactions += int(everyone[:, 0].sum())
-        b.bytes_essential += int(everyone[:, 1].sum())
-        b.bytes_migration += int(everyone[:, 2].sum())
-        b.seconds_comm += stages["exchange"]
+        walk = float(self._tree_stats.get("seconds_walk", 0.0) + self._tree_stats.get("seconds_evaluate", 0.0))
+        work = (walk, interactions, essential, self._last_migrated)
+        everyone = np.array(comm.allgather(work), np.float64)  # counts below 2^53: exact
+        self.forces._count(everyone, stages["exchange"])
         self._last_migrated = 0
         self.evaluations += 1
         for name, seconds in stages.items():
             self.stages[name] = self.stages.get(name, 0.0) + seconds
             self.last_stages[name] = seconds
         st_ = self._stats
-        st_["interactions"] += int(everyone[:, 0].sum())
+        st_["interactions"] += int(everyone[:, 1].sum())
         st_["seconds_j_write"] += sum(stages.get(k, 0.0) for k in ("sort", "build", "export", "graft"))
         st_["seconds_comm"] += stages["exchange"]
         st_["seconds_total"] += time.perf_counter() - t_start

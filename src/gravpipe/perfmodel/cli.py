@@ -143,6 +143,10 @@ def run_forecast(sim, t_end: float) -> float | None:
     c = sim.config
     ranks = sim.comm.Get_size() if sim.comm is not None else 1
     ooc = c.out_of_core or {}
+    if ranks > 1 and ooc:
+        print("  forecast: none (the model has no terms for ranks out of core: their passes over the pages, "
+              "the store made again after each migration)")
+        return None
     try:
         p = predict(doc, gravity=c.gravity, integrator=c.integrator, n=sim.n, theta=c.theta or 0.6,
                     t_end=max(t_end - sim.time, 0.0), threads=c.threads, ranks=ranks,
