@@ -4,6 +4,8 @@ byte for byte, and the forces, potentials and interaction counts bit for bit aft
 graft, with budgets small enough that the particle and cell pages really move."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -132,3 +134,43 @@ def test_paged_domain_tree_closing_kick_and_bad_input(tmp_path):
     finally:
         del tree
         store.close()
+
+
+def test_a_killed_ranks_migration_folders_are_removed_by_the_next_run(tmp_path):
+    """A rank killed during a migration leaves its folders (gravpipe-migrate-<pid>-*); the
+    next run's ranks remove those of processes that no longer run, and say so; a live
+    process's folder stays."""
+    import subprocess
+    import sys
+    import warnings
+
+    from gravpipe.errors import StaleScratchWarning
+    from gravpipe.parallel import paged_domain_leapfrog as pdl
+    from gravpipe.parallel.essential_forces import EssentialTreeForces
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"gravpipe-migrate-{int(dead.stdout)}-abc123"
+    stale.mkdir()
+    (stale / "from0.f64").write_bytes(b"\0" * 4096)
+    live = tmp_path / f"gravpipe-decompose-{os.getpid()}-xyz789"
+    live.mkdir()
+    other = tmp_path / "gravpipe-migrate-notes"
+    other.mkdir()
+
+    class OneRank:  # the constructor talks to no other rank
+        def Get_size(self) -> int:
+            return 1
+
+    p = gp.ic.plummer(500, seed=3)
+    share = {"pos": p.pos, "vel": p.vel, "mass": p.mass, "id": p.id}
+    forces = EssentialTreeForces.__new__(EssentialTreeForces)
+    forces.threads = 1
+    forces._tree_args = _tree_args(1, "mixed") | {"alpha": 0.0}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = pdl.PagedDomainLeapfrog(OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
+                                      memory_budget=(96 << 20) + (16 << 20), scratch=tmp_path)
+    run.close()
+    assert not stale.exists() and live.exists() and other.exists()
+    said = [str(w.message) for w in caught if issubclass(w.category, StaleScratchWarning)]
+    assert len(said) == 1 and str(stale) in said[0]

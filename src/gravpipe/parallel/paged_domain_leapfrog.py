@@ -117,6 +117,7 @@ class PagedDomainLeapfrog:
         self._counters = {"steps": 0, "particle_steps": 0, "seconds_host": 0.0, "seconds_total": 0.0}
         self._last_migrated = 0
         self._tree_stats: dict[str, Any] = {}
+        _remove_stale_dirs(self.scratch)
         self._store: ParticleStore | None = None
         self._transit_warned = False
         self._started = restart is not None
@@ -273,7 +274,7 @@ class PagedDomainLeapfrog:
         frame or a cut that moves needs several."""
         t0 = time.perf_counter()
         comm, ranks = self.comm, self.comm.Get_size()
-        with tempfile.TemporaryDirectory(prefix="gravpipe-decompose-", dir=self.scratch) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"gravpipe-decompose-{os.getpid()}-", dir=self.scratch) as tmp:
             kept, cuts = self._frame, self._splitters
             mine = np.zeros(ranks, np.int64)
             lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
@@ -322,7 +323,7 @@ class PagedDomainLeapfrog:
 
         comm, ranks, me = self.comm, self.comm.Get_size(), self.comm.Get_rank()
         rounds = comm.allreduce((self.n + BLOCK - 1) // BLOCK, op=MPI.MAX)
-        with tempfile.TemporaryDirectory(prefix="gravpipe-migrate-", dir=self.scratch) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"gravpipe-migrate-{os.getpid()}-", dir=self.scratch) as tmp:
             # per source (this rank: the stayers) a file of float64 rows and one of ids
             files = [(open(Path(tmp) / f"from{r}.f64", "w+b"), open(Path(tmp) / f"from{r}.id", "w+b"))
                      for r in range(ranks)]
@@ -545,6 +546,39 @@ def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
         pos = store.read("pos", b, min(n, b + BLOCK))
         lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
     return lo, hi
+
+
+def _remove_stale_dirs(scratch: Path) -> None:
+    """Remove the migration's scratch folders (gravpipe-migrate-<pid>-*, gravpipe-decompose-
+    <pid>-*) of processes of this user that no longer run (a killed rank leaves them, GBs at
+    large N), saying which (StaleScratchWarning); a folder of a live process stays."""
+    import re
+    import shutil
+    import warnings
+
+    from gravpipe.errors import StaleScratchWarning
+
+    removed = []
+    for path in scratch.glob("gravpipe-*-*-*"):
+        m = re.fullmatch(r"gravpipe-(?:migrate|decompose)-(\d+)-\w+", path.name)
+        if m is None or not path.is_dir() or path.stat().st_uid != os.geteuid() or _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    if removed:
+        warnings.warn(f"scratch: removed the migration folders of processes that no longer run: {', '.join(removed)}",
+                      StaleScratchWarning, stacklevel=3)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of that number runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _owner_dtype(ranks: int) -> Any:
