@@ -28,6 +28,7 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -102,10 +103,33 @@ class DomainRun(RunLoop):
     # ---- construction ---------------------------------------------------------------------
     def _setup(self, comm: Any, share: Share, n_total: int, origin: dict[str, str], kw: dict[str, Any],
                restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
+        o = self._agreed_setup(comm, n_total, origin, kw, restart, _checked_options)
+        # a bad particle is one rank's to find: every rank raises, none waits in a collective
+        consistency.agreed(comm, lambda: _check_range(share, o.precision))
+        self._mass, self._ids = np.ascontiguousarray(share["mass"]), np.ascontiguousarray(share["id"], np.int64)
+        if o.kind.name == "tree":
+            self._forces: Any = EssentialTreeForces(comm, o.eps, o.G, theta=o.gparams["theta"], threads=o.threads,
+                                                    precision=o.precision)
+            self._engine: Any = DomainLeapfrog(comm, share["pos"], share["vel"], self._mass, self._ids,
+                                               forces=self._forces, dt=o.params["dt"], t0=o.start, restart=o.state)
+        else:
+            self._engine = ShareDirect(comm, share["pos"], share["vel"], self._mass, integrator=o.spec.name, eps=o.eps,
+                                       G=o.G, backend=o.backend, precision=o.precision, threads=o.threads,
+                                       params=o.params, t0=o.start, restart=o.state)
+            self._forces = self._engine
+        self._finish_setup(o, kw, restart)
+
+    def _agreed_setup(self, comm: Any, n_total: int, origin: dict[str, str], kw: dict[str, Any],
+                      restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None, checked: Any,
+                      facts: dict[str, Any] | None = None) -> SimpleNamespace:
+        """The options checked by ``checked`` (the same on every rank), the threads, the
+        ranks' agreement on every input (and ``facts``), and a restart's history: what the
+        engine is built from (kind, gparams, spec, params, backend, eps, G, precision, t0,
+        threads, start, state). Collective."""
         self.comm = comm
         self._n = int(n_total)
         kind, gparams, spec, params, backend, eps, G, precision, t0 = consistency.agreed(
-            comm, lambda: _checked_options(self._n, comm.Get_size(), kw))
+            comm, lambda: checked(self._n, comm.Get_size(), kw))
         threads = kw.get("threads")
         if _runs_on_cpu_threads(kind.name, backend):
             threads = parallel.threads_per_rank(comm) if threads is None else int(threads)
@@ -115,9 +139,7 @@ class DomainRun(RunLoop):
         self._check_ranks_agree(origin, {
             "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
             "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0, "N": self._n,
-            "restart": asdict(restart[0]) if restart is not None else None})
-        # a bad particle is one rank's to find: every rank raises, none waits in a collective
-        consistency.agreed(comm, lambda: _check_range(share, precision))
+            **(facts or {}), "restart": asdict(restart[0]) if restart is not None else None})
         self._spec, self._kind, self._eps, self._G = spec, kind, eps, G
         self._run_dir: Path | None = None
         state = None
@@ -125,26 +147,22 @@ class DomainRun(RunLoop):
             self.history = []
         else:
             self.config, state, self.history = restart
-        self._mass, self._ids = np.ascontiguousarray(share["mass"]), np.ascontiguousarray(share["id"], np.int64)
         start = t0 if restart is None else self.config.t0
-        if kind.name == "tree":
-            self._forces: Any = EssentialTreeForces(comm, eps, G, theta=gparams["theta"], threads=threads,
-                                                    precision=precision)
-            self._engine: Any = DomainLeapfrog(comm, share["pos"], share["vel"], self._mass, self._ids,
-                                               forces=self._forces, dt=params["dt"], t0=start, restart=state)
-        else:
-            self._engine = ShareDirect(comm, share["pos"], share["vel"], self._mass, integrator=spec.name, eps=eps,
-                                       G=G, backend=backend, precision=precision, threads=threads, params=params,
-                                       t0=start, restart=state)
-            self._forces = self._engine
+        return SimpleNamespace(kind=kind, gparams=gparams, spec=spec, params=params, backend=backend, eps=eps, G=G,
+                               precision=precision, t0=t0, threads=threads, start=start, state=state)
+
+    def _finish_setup(self, o: SimpleNamespace, kw: dict[str, Any],
+                      restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None, **config: Any) -> None:
+        """The run's config (from the start-up energy; ``config``: more RunConfig fields) or a
+        restart's, the clock's counts, and the first diagnostics row. Collective."""
         if restart is None:
-            self._precise_energy = kind.precise_rows if kw.get("precise_energy") is None \
+            self._precise_energy = o.kind.precise_rows if kw.get("precise_energy") is None \
                 else bool(kw["precise_energy"])
             e0 = self.energy()
-            self.config = RunConfig(kind.name, spec.name, params, eps, G, backend, precision, threads, t0,
-                                    e0.total, theta=gparams.get("theta"), kinetic0=e0.kinetic,
+            self.config = RunConfig(o.kind.name, o.spec.name, o.params, o.eps, o.G, o.backend, o.precision, o.threads,
+                                    o.t0, e0.total, theta=o.gparams.get("theta"), kinetic0=e0.kinetic,
                                     potential0=e0.potential, precise_energy=self._precise_energy,
-                                    distributed=True)
+                                    distributed=True, **config)
         else:
             self._precise_energy = self.config.precise_energy
         last = self.history[-1] if self.history else {}

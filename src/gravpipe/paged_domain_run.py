@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gravpipe import _core, parallel, streamed_diagnostics
+from gravpipe import streamed_diagnostics
 from gravpipe import io as gio
 from gravpipe.diagnostics import Energy
 from gravpipe.domain_run import (DomainRun, _check_range, _checked_options, _file_fact, _history, _ranks,
@@ -95,48 +94,17 @@ class PagedDomainRun(DomainRun):
     def _setup_paged(self, comm: Any, blocks: Blocks, n_local: int, n_total: int, origin: dict[str, str],
                      kw: dict[str, Any], memory_budget: str | int, scratch: str | Path,
                      restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
-        self.comm = comm
-        self._n = int(n_total)
         kw = dict(kw, gravity=kw.get("gravity") or "tree")  # the residence takes the treecode only
-        kind, gparams, spec, params, backend, eps, G, precision, t0 = consistency.agreed(
-            comm, lambda: _paged_options(self._n, comm.Get_size(), kw))
-        threads = parallel.threads_per_rank(comm) if kw.get("threads") is None else int(kw["threads"])
-        _core.set_max_threads(threads)
         budget = consistency.agreed(comm, lambda: _checked_budget(memory_budget, scratch))
-        self._check_ranks_agree(origin, {
-            "gravity": kind.name, "integrator": spec.name, "params": params, "gravity_params": gparams,
-            "eps": eps, "G": G, "backend": backend, "precision": precision, "t0": t0, "N": self._n,
-            "memory_budget": budget, "restart": asdict(restart[0]) if restart is not None else None})
-        self._spec, self._kind, self._eps, self._G = spec, kind, eps, G
-        self._run_dir: Path | None = None
-        state = None
-        if restart is None:
-            self.history = []
-        else:
-            self.config, state, self.history = restart
-        start = t0 if restart is None else self.config.t0
-        self._forces: Any = EssentialTreeForces(comm, eps, G, theta=gparams["theta"], threads=threads,
-                                                precision=precision)
+        o = self._agreed_setup(comm, n_total, origin, kw, restart, _paged_options, {"memory_budget": budget})
+        self._forces: Any = EssentialTreeForces(comm, o.eps, o.G, theta=o.gparams["theta"], threads=o.threads,
+                                                precision=o.precision)
         # each rank fills its own store (a bad particle, a full disk: that rank's to say)
         self._engine: Any = consistency.agreed(comm, lambda: PagedDomainLeapfrog(
-            comm, blocks, n_local, forces=self._forces, dt=params["dt"], t0=start, memory_budget=budget,
-            scratch=scratch, restart=state, check=lambda blk: _check_range(blk, precision)))
+            comm, blocks, n_local, forces=self._forces, dt=o.params["dt"], t0=o.start, memory_budget=budget,
+            scratch=scratch, restart=o.state, check=lambda blk: _check_range(blk, o.precision)))
         self._engine.start()
-        if restart is None:
-            self._precise_energy = kind.precise_rows if kw.get("precise_energy") is None \
-                else bool(kw["precise_energy"])
-            e0 = self.energy()
-            self.config = RunConfig(kind.name, spec.name, params, eps, G, backend, precision, threads, t0,
-                                    e0.total, theta=gparams.get("theta"), kinetic0=e0.kinetic,
-                                    potential0=e0.potential, precise_energy=self._precise_energy,
-                                    distributed=True, out_of_core={"memory_budget": budget})
-        else:
-            self._precise_energy = self.config.precise_energy
-        last = self.history[-1] if self.history else {}
-        self._steps_before = (int(last.get("steps", 0)), int(last.get("particle_steps", 0)))
-        self._startup = self._raw_timings()
-        if restart is None:
-            self._record()
+        self._finish_setup(o, kw, restart, out_of_core={"memory_budget": budget})
 
     # ---- state -----------------------------------------------------------------------------
     @property
