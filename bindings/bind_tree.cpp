@@ -185,7 +185,6 @@ void bind_domain_tree(nb::module_& m) {
 }
 
 void bind_paged_domain_tree(nb::module_& m) {
-  m.attr("DOMAIN_BOXES") = kDomainBoxes;
   nb::class_<PagedDomainTreeBox>(m, "PagedDomainTree")
       .def("__init__",
            [](PagedDomainTreeBox* self, bindings::StoreBox& box, Box own, double eps, double G, double theta,

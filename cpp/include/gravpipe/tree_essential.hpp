@@ -52,14 +52,16 @@ struct DomainBox {
   bool empty() const { return lo[0] > hi[0] || lo[1] > hi[1] || lo[2] > hi[2]; }
 };
 
-/// A domain is described by kDomainBoxes boxes: its groups (curve order) cut into that many
-/// runs of about equal particle count, each run's box the union of its groups' boxes (empty
-/// boxes pad a domain of fewer groups). Every group, so every walk of the receiver, lies in
-/// one of them, so a cell that every box accepts is accepted by every walk. One box around a
-/// whole curve domain holds much that is not the domain (a Hilbert half of a Plummer sphere:
-/// the other half's core), and a piece for it opens all of that: at N = 1e8 on 2 ranks, GBs.
+/// A domain is described by boxes: its groups (curve order) in runs of at most 1 /
+/// kDomainBoxes of its particles, a run ending early where the curve jumps (its box would
+/// grow to more than twice the larger of its own and the next group's), each box the union
+/// of its groups' boxes. Every group, so every walk of the receiver, lies in one of them, so
+/// a cell that every box accepts is accepted by every walk. One box around a whole curve
+/// domain holds much that is not the domain (a Hilbert half of a Plummer sphere: the other
+/// half's core), and a piece for it opens all of that; so do runs of equal counts through a
+/// halo, whose groups lie far apart along the curve.
 constexpr int kDomainBoxes = 1024;
-/// The kDomainBoxes boxes of a domain whose self-gravity groups are `groups` (curve order).
+/// The boxes of a domain whose self-gravity groups are `groups` (curve order).
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups);
 
 struct EssentialPiece {
@@ -129,8 +131,8 @@ class DomainTree {
 
   /// The piece for a receiver whose domain is the boxes d (from the local tree).
   EssentialPiece export_for(Span<const DomainBox> d) const;
-  /// This rank's domain: the kDomainBoxes boxes of its groups (group_boxes), with the
-  /// smallest old |a| when the relative criterion is on.
+  /// This rank's domain: the boxes of its groups (group_boxes), with the smallest old |a|
+  /// when the relative criterion is on.
   std::vector<DomainBox> domain() const;
   /// Graft the received pieces under the local tree's root. Throws InputError for
   /// malformed pieces (counts that do not add up, links outside a piece).

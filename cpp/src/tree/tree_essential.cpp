@@ -140,18 +140,31 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
 }  // namespace
 
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
-  std::vector<DomainBox> boxes(kDomainBoxes);
-  for (DomainBox& b : boxes)
-    for (int a = 0; a < 3; ++a) b.lo[a] = INFINITY, b.hi[a] = -INFINITY;
+  std::vector<DomainBox> boxes;
   if (groups.empty()) return boxes;
-  const std::int64_t first = groups.front().i_begin, n = groups.back().i_end - first;
+  const std::int64_t n = groups.back().i_end - groups.front().i_begin;
+  const std::int64_t target = std::max<std::int64_t>(1, n / kDomainBoxes);
+  const auto side = [](const DomainBox& b) {
+    return std::max({b.hi[0] - b.lo[0], b.hi[1] - b.lo[1], b.hi[2] - b.lo[2]});
+  };
+  DomainBox run;
+  std::int64_t in_run = 0;
   for (const Group& g : groups) {
-    // the run of the group's first particle: about n / kDomainBoxes particles a run
-    const auto r = static_cast<std::size_t>((g.i_begin - first) * kDomainBoxes / std::max<std::int64_t>(n, 1));
-    DomainBox& b = boxes[std::min<std::size_t>(r, kDomainBoxes - 1)];
-    for (int a = 0; a < 3; ++a) b.lo[a] = std::min(b.lo[a], g.lo[a]), b.hi[a] = std::max(b.hi[a], g.hi[a]);
-    b.a_min = b.a_min > 0 && g.a_min > 0 ? std::min(b.a_min, g.a_min) : std::max(b.a_min, g.a_min);
+    DomainBox gb;
+    for (int a = 0; a < 3; ++a) gb.lo[a] = g.lo[a], gb.hi[a] = g.hi[a];
+    gb.a_min = g.a_min;
+    DomainBox merged = run;
+    for (int a = 0; a < 3; ++a) merged.lo[a] = std::min(run.lo[a], gb.lo[a]), merged.hi[a] = std::max(run.hi[a], gb.hi[a]);
+    merged.a_min = run.a_min > 0 && gb.a_min > 0 ? std::min(run.a_min, gb.a_min) : std::max(run.a_min, gb.a_min);
+    // a run ends at its share of the particles, or where the curve jumps: a box grown to
+    // more than twice the larger of its own and the group's holds space of neither
+    const bool full = in_run > 0 && (in_run + (g.i_end - g.i_begin) > target ||
+                                     side(merged) > 2 * std::max(side(run), side(gb)));
+    if (in_run > 0 && full) boxes.push_back(run), in_run = 0;
+    run = in_run > 0 ? merged : gb;
+    in_run += g.i_end - g.i_begin;
   }
+  boxes.push_back(run);
   return boxes;
 }
 

@@ -181,13 +181,11 @@ class EssentialTreeForces:
         b.imbalance_interactions_sum += b.last_imbalance_interactions
 
 
-def domains(comm: Any, tree: Any) -> np.ndarray:
-    """Every rank's domain, (ranks, DOMAIN_BOXES, 7) float64: the boxes of its groups
-    (``tree.domain()``; a rank without a tree: empty boxes). Collective."""
-    mine = tree.domain() if tree is not None else np.tile([np.inf] * 3 + [-np.inf] * 3 + [0.0], (_core.DOMAIN_BOXES, 1))
-    boxes = np.empty((comm.Get_size(),) + mine.shape)
-    comm.Allgather(np.ascontiguousarray(mine), boxes)
-    return boxes
+def domains(comm: Any, tree: Any) -> list[np.ndarray]:
+    """Every rank's domain, a (k_r, 7) float64 array each: the boxes of its groups
+    (``tree.domain()``; a rank without a tree: none). Collective."""
+    mine = tree.domain() if tree is not None else np.empty((0, 7))
+    return comm.allgather(np.ascontiguousarray(mine))
 
 
 def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
