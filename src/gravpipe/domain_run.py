@@ -69,10 +69,7 @@ class DomainRun(RunLoop):
         if not isinstance(particles, Particles):
             raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
         comm = _ranks(comm)
-        b, e = gio.file_share(particles.n, comm.Get_rank(), comm.Get_size())
-        share = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
-                 "id": particles.id[b:e]}
-        origin = {"initial conditions (digest)": consistency.particles_digest(particles)}
+        share, origin = own_share(particles, comm)
         self._setup(comm, share, particles.n, origin, dict(kwargs, gravity=gravity, integrator=integrator))
 
     @classmethod
@@ -348,6 +345,17 @@ class DomainRun(RunLoop):
                    restart=(config, state, history))
         run._run_dir = Path(out).resolve()
         return run
+
+
+def own_share(particles: Particles, comm: Any) -> tuple[Share, dict[str, str]]:
+    """This rank's slice [N r / P, N (r + 1) / P) of a whole model every rank holds, and
+    the fact every rank must agree on about it (its digest)."""
+    if not isinstance(particles, Particles):
+        raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
+    b, e = gio.file_share(particles.n, comm.Get_rank(), comm.Get_size())
+    share = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
+             "id": particles.id[b:e]}
+    return share, {"initial conditions (digest)": consistency.particles_digest(particles)}
 
 
 def _checked_options(n: int, ranks: int, kw: dict[str, Any]) -> tuple:

@@ -28,7 +28,7 @@ from gravpipe import streamed_diagnostics
 from gravpipe import io as gio
 from gravpipe.diagnostics import Energy
 from gravpipe.domain_run import (DomainRun, _check_range, _checked_options, _file_fact, _history, _ranks,
-                                 per_particle_widths)
+                                 own_share, per_particle_widths)
 from gravpipe.gravity import DIAGNOSTICS_THETA
 from gravpipe.parallel import consistency
 from gravpipe.parallel.domain_diagnostics import RankReductions
@@ -53,14 +53,9 @@ class PagedDomainRun(DomainRun):
 
     def __init__(self, particles: Particles, gravity: str = "tree", integrator: str | None = None, *,
                  memory_budget: str | int, scratch: str | Path, comm: Any = None, **kwargs: Any):
-        if not isinstance(particles, Particles):
-            raise ValueError("particles: expected gravpipe.Particles (see gravpipe.ic or gravpipe.io.read)")
         comm = _ranks(comm)
-        b, e = gio.file_share(particles.n, comm.Get_rank(), comm.Get_size())
-        share = {"pos": particles.pos[b:e], "vel": particles.vel[b:e], "mass": particles.mass[b:e],
-                 "id": particles.id[b:e]}
-        self._setup_paged(comm, lambda: iter([share]), e - b, particles.n,
-                          {"initial conditions (digest)": consistency.particles_digest(particles)},
+        share, origin = own_share(particles, comm)
+        self._setup_paged(comm, lambda: iter([share]), len(share["mass"]), particles.n, origin,
                           dict(kwargs, gravity=gravity, integrator=integrator), memory_budget, scratch)
 
     @classmethod

@@ -119,12 +119,7 @@ class DomainLeapfrog:
         return self._origin
 
     def _reached(self, t: float) -> bool:
-        """Whether the clock is at ``t``: on the grid by the core's tolerance, else exactly."""
-        want = (t - self._origin) / self.dt
-        whole = round(want)
-        if abs(want - whole) <= 1e-9 * max(1.0, abs(whole)):
-            return whole <= self._steps
-        return t <= self.time
+        return reached(t, self._origin, self.dt, self._steps)
 
     def evolve_to(self, t: float) -> None:
         """Whole steps of dt to ``t``; an off-grid ``t`` ends with a shortened step to it,
@@ -311,6 +306,20 @@ class DomainLeapfrog:
         walk = s["seconds_total"] - s["seconds_j_write"] - self._stats["seconds_comm"]
         return PipelineStats(interactions=s["interactions"], seconds_j_write=s["seconds_j_write"],
                              seconds_compute=max(walk, 0.0), seconds_comm=s["seconds_comm"])
+
+
+def on_grid(t: float, origin: float, dt: float) -> tuple[bool, int]:
+    """Whether ``t`` is a point origin + k dt of the grid (the core's tolerance), and k."""
+    want = (t - origin) / dt
+    whole = round(want)
+    return abs(want - whole) <= 1e-9 * max(1.0, abs(whole)), whole
+
+
+def reached(t: float, origin: float, dt: float, steps: int) -> bool:
+    """Whether a clock of ``steps`` steps of dt from ``origin`` is at ``t``: on the grid by
+    the core's tolerance, else exactly."""
+    grid, whole = on_grid(t, origin, dt)
+    return whole <= steps if grid else t <= origin + steps * dt
 
 
 def _kept_then(a: np.ndarray, keep: np.ndarray, arrivals: np.ndarray) -> np.ndarray:

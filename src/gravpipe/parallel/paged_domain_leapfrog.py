@@ -47,7 +47,7 @@ from gravpipe.errors import MemoryBudgetError
 from gravpipe.ooc import CARRIED, OOC_FIELDS, plan_budget, tree_keep_free
 from gravpipe.parallel.domain import curve_keys, exchange_rows, owners
 from gravpipe.parallel.domain_leapfrog import (FRAME_FIELD, REBALANCE, SPLITTERS_FIELD, cost_by_owner, imbalance,
-                                               kept_frame, predicted, restored)
+                                               kept_frame, on_grid, predicted, reached, restored)
 from gravpipe.parallel.essential_forces import Clock, EssentialTreeForces, domains, exchange_pieces
 from gravpipe.parallel.streamed_cut import streamed_splitters
 from gravpipe.pipeline import PipelineStats
@@ -215,12 +215,6 @@ class PagedDomainLeapfrog:
     def grid_origin(self) -> float:
         return self._origin
 
-    def _on_grid(self, t: float) -> tuple[bool, int]:
-        """Whether ``t`` is a grid point (the core's tolerance) and its nearest step count."""
-        want = (t - self._origin) / self.dt
-        whole = round(want)
-        return abs(want - whole) <= 1e-9 * max(1.0, abs(whole)), whole
-
     def evolve_to(self, t: float) -> None:
         """Whole steps of dt to ``t``; an off-grid ``t`` ends with a shortened step to it,
         which becomes the grid's origin (DomainLeapfrog.evolve_to). Collective."""
@@ -228,10 +222,7 @@ class PagedDomainLeapfrog:
             raise RuntimeError("PagedDomainLeapfrog: start() first")
         if not np.isfinite(t) or t < self.time - 1e-9 * self.dt:
             raise ValueError(f"evolve_to: t = {t!r} is before the current time {self.time!r} or not finite")
-        while True:
-            on_grid, whole = self._on_grid(t)
-            if (whole <= self._steps) if on_grid else (t <= self.time):
-                return
+        while not reached(t, self._origin, self.dt, self._steps):
             target = min(t, self._origin + (self._steps + 1) * self.dt)
             self._decompose(target - self.time)
             self._step(target)
@@ -240,14 +231,14 @@ class PagedDomainLeapfrog:
         """One kick-drift-kick step to ``target``, as the core's leapfrog takes it: dt on the
         grid, else target - time (which then becomes the origin)."""
         t0 = time.perf_counter()
-        on_grid, _ = self._on_grid(target)
-        dt = self.dt if on_grid else target - self.time
+        grid, _ = on_grid(target, self._origin, self.dt)
+        dt = self.dt if grid else target - self.time
         stages = {}
         if self._store is not None:
             with _timed(stages, "kick_drift"):
                 _core.store_kick_drift(self._store._core, 0.5 * dt, dt, BLOCK)
         self._sort_and_forces(0.5 * dt, self.time + dt, stages)
-        if on_grid:
+        if grid:
             self._steps += 1
         else:
             self._origin, self._steps = float(target), 0
