@@ -63,6 +63,12 @@ int take_lock(int fd) {
   return 0;
 }
 
+/// Whether the open file `fd` has lost its last name (another process removed it).
+bool unlinked(int fd) {
+  struct stat st{};
+  return ::fstat(fd, &st) == 0 && st.st_nlink == 0;
+}
+
 /// The pid in a page file's name (gravpipe-scratch-<pid>-XXXXXX, mkostemp's six characters),
 /// or 0 for any other name.
 long pid_of_name(const char* name) {
@@ -140,13 +146,14 @@ bool PageFile::create(const std::string& directory, IoMode mode) {
   path_ = templ.data();
   fd_ = lock_fd_ = fd;
   CreatedFile guard{path_, fd_, lock_fd_};
-  if (take_lock(lock_fd_) == EWOULDBLOCK) return false;
+  // A clean-up may have locked and removed the file before this lock, and be gone already:
+  // the lock is then ours, the name not, and the O_DIRECT open below would find no file.
+  if (take_lock(lock_fd_) == EWOULDBLOCK || unlinked(lock_fd_)) return false;
   in_memory_ = in_memory_file_system(fd_);
   open_direct_or_fall_back(mode);
   // Again: where flock is a POSIX lock (NFS), the close of any descriptor of the file (the
   // refused O_DIRECT probe's) drops it, and a clean-up may have taken the file meanwhile.
-  struct stat st{};
-  if (take_lock(lock_fd_) == EWOULDBLOCK || (::fstat(lock_fd_, &st) == 0 && st.st_nlink == 0)) return false;
+  if (take_lock(lock_fd_) == EWOULDBLOCK || unlinked(lock_fd_)) return false;
   guard.keep = true;
   return true;
 }
