@@ -33,6 +33,7 @@ from tree_models import MODELS, small_plummer
 
 import gravpipe as gp
 from gravpipe import _core
+from gravpipe.parallel.domain import curve_keys
 
 EPS = 1 / 64
 MEDIAN_BOUND, P99_BOUND = 3e-4, 1.5e-3  # the treecode's promise at the default theta (gravpipe.tree)
@@ -112,6 +113,46 @@ def test_exported_pieces_grafted_give_the_serial_accuracy():
     # held to the serial tree's, as the oversubscribed run is; the runs under mpiexec keep
     # the absolute bound too
     check_accuracy(acc, "two_plummers", absolute=False)
+
+
+def octree_group_boxes(pos: np.ndarray, keys: np.ndarray, n_crit: int) -> np.ndarray:
+    """(k, 7) boxes of the self-gravity groups, found here from the curve keys alone: the
+    highest octree cells of at most n_crit particles, each its particles' bounding box."""
+    order = np.argsort(keys, kind="stable")
+    k, pos = keys[order], pos[order]
+    rows = []
+
+    def split(b: int, e: int, level: int) -> None:
+        if e - b <= n_crit or level == 21:
+            rows.append(np.concatenate((pos[b:e].min(axis=0), pos[b:e].max(axis=0), [0.0])))
+            return
+        digit = (k[b:e] >> np.uint64(3 * (20 - level))) & np.uint64(7)
+        cuts = np.searchsorted(digit, np.arange(9, dtype=np.uint64)) + b
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            if hi > lo:
+                split(int(lo), int(hi), level + 1)
+
+    split(0, len(k), 0)
+    return np.array(rows)
+
+
+def test_a_domains_boxes_ask_for_little_more_than_its_groups_walks_need():
+    """A Plummer half's boxes join its groups in runs; a run that spans a jump of the curve
+    (from a group by the core to a halo group) would ask the other half for its core at the
+    halo group's resolution. The piece for the boxes stays within 10% of the piece for the
+    groups themselves, which is what the receiver's walks open."""
+    p = gp.ic.plummer(100_000, seed=1)
+    lo, hi = p.pos.min(axis=0), p.pos.max(axis=0)
+    frame = (lo - 0.125 * (hi - lo).max(), hi + 0.125 * (hi - lo).max())
+    keys = curve_keys(p.pos, *frame)
+    halves = np.array_split(np.argsort(keys, kind="stable"), 2)
+    trees = [_core.DomainTree(np.ascontiguousarray(p.pos[i]), np.ascontiguousarray(p.mass[i]), **TREE_ARGS,
+                              frame_lo=frame[0], frame_hi=frame[1]) for i in halves]
+    for r, idx in enumerate(halves):
+        other = trees[1 - r]
+        needed = len(other.export_for(octree_group_boxes(p.pos[idx], keys[idx], TREE_ARGS["n_crit"]))[2])
+        asked = len(other.export_for(trees[r].domain())[2])
+        assert needed <= asked <= 1.1 * needed, (r, asked, needed)
 
 
 def test_a_piece_for_the_wrong_box_raises_instead_of_dropping_forces():

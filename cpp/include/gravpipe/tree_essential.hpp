@@ -53,8 +53,8 @@ struct DomainBox {
 };
 
 /// A domain is described by boxes: its groups (curve order) in runs of at most 1 /
-/// kDomainBoxes of its particles, a run ending early where the curve jumps (its box would
-/// grow to more than twice the larger of its own and the next group's), each box the union
+/// kDomainBoxes of its particles, a run ending early where the curve jumps (its box and the
+/// next group's together would be mostly empty: a union more than twice their volumes), each box the union
 /// of its groups' boxes. Every group, so every walk of the receiver, lies in one of them, so
 /// a cell that every box accepts is accepted by every walk. One box around a whole curve
 /// domain holds much that is not the domain (a Hilbert half of a Plummer sphere: the other

@@ -137,6 +137,23 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
   return out;
 }
 
+/// Whether the union of two boxes is mostly space of neither: its volume more than twice
+/// theirs together (each side taken as at least 1/1024 of the union's largest, so that flat
+/// boxes of a few particles count). Where the curve jumps, from a group by a Plummer core to
+/// a halo group tens of units away, the union would reach from the one to the other and make
+/// the exporter open its core for the halo group.
+bool mostly_empty(const DomainBox& a, const DomainBox& b, const DomainBox& both) {
+  double largest = 0;
+  for (int k = 0; k < 3; ++k) largest = std::max(largest, both.hi[k] - both.lo[k]);
+  const double floor = largest / 1024;
+  const auto volume = [floor](const DomainBox& box) {
+    double v = 1;
+    for (int k = 0; k < 3; ++k) v *= std::max(box.hi[k] - box.lo[k], floor);
+    return v;
+  };
+  return volume(both) > 2 * (volume(a) + volume(b));
+}
+
 }  // namespace
 
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
@@ -144,9 +161,6 @@ std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
   if (groups.empty()) return boxes;
   const std::int64_t n = groups.back().i_end - groups.front().i_begin;
   const std::int64_t target = std::max<std::int64_t>(1, n / kDomainBoxes);
-  const auto side = [](const DomainBox& b) {
-    return std::max({b.hi[0] - b.lo[0], b.hi[1] - b.lo[1], b.hi[2] - b.lo[2]});
-  };
   DomainBox run;
   std::int64_t in_run = 0;
   for (const Group& g : groups) {
@@ -156,11 +170,8 @@ std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
     DomainBox merged = run;
     for (int a = 0; a < 3; ++a) merged.lo[a] = std::min(run.lo[a], gb.lo[a]), merged.hi[a] = std::max(run.hi[a], gb.hi[a]);
     merged.a_min = run.a_min > 0 && gb.a_min > 0 ? std::min(run.a_min, gb.a_min) : std::max(run.a_min, gb.a_min);
-    // a run ends at its share of the particles, or where the curve jumps: a box grown to
-    // more than twice the larger of its own and the group's holds space of neither
-    const bool full = in_run > 0 && (in_run + (g.i_end - g.i_begin) > target ||
-                                     side(merged) > 2 * std::max(side(run), side(gb)));
-    if (in_run > 0 && full) boxes.push_back(run), in_run = 0;
+    const bool full = in_run > 0 && (in_run + (g.i_end - g.i_begin) > target || mostly_empty(run, gb, merged));
+    if (full) boxes.push_back(run), in_run = 0;
     run = in_run > 0 ? merged : gb;
     in_run += g.i_end - g.i_begin;
   }
