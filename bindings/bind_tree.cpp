@@ -248,6 +248,12 @@ void bind_paged_domain_tree(nb::module_& m) {
       .def_prop_ro("imported_particles", [](const PagedDomainTreeBox& t) { return t.get().imported_particles(); })
       .def_prop_ro("top_cells", [](const PagedDomainTreeBox& t) { return t.get().top_cells(); })
       .def_prop_ro("graft_bytes", [](const PagedDomainTreeBox& t) { return t.get().graft_bytes(); })
+      .def("hold_beside", [](PagedDomainTreeBox& t, std::uint64_t bytes) { return t.get().hold_beside(bytes); },
+           nb::arg("bytes"),
+           "Charge bytes of the budget for arrays held beside the tree (pieces in transit), the cell cache giving "
+           "frames back; replaces the last such charge (0: none). Returns the bytes charged (less where the cell "
+           "cache is at its fewest frames; the graft's own charge comes first).")
+      .def_prop_ro("held_beside", [](const PagedDomainTreeBox& t) { return t.get().held_beside(); })
       .def_prop_ro("cell_count", [](const PagedDomainTreeBox& t) { return t.get().tree().cell_count(); })
       .def_prop_ro("cell_cache_bytes", [](const PagedDomainTreeBox& t) { return t.get().tree().cell_cache_bytes(); })
       .def("stats", [](const PagedDomainTreeBox& t) { return tree_stats_dict(t.get().stats()); });

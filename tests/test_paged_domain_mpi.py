@@ -28,7 +28,10 @@ def test_out_of_core_ranks_are_the_in_core_ranks_bit_for_bit(tmp_path, ranks):
     assert r.returncode == 0, r.stdout + r.stderr
     d = np.load(out)
     assert int(d["misses"]) > 0, "the budget held every page: nothing was paged"
-    assert bool(d["transit_warned"])  # pieces beyond what the rank keeps outside its store are said
+    assert bool(d["transit_warned"])  # the start-up's pieces, made beyond the room kept for them, are said
+    transit = d["transit"]  # (rank, stop, (bytes in transit, bytes past what the budget held))
+    assert (transit[:, :, 0] > 512 << 10).any()  # pieces larger than the room outside the store...
+    assert (transit[:, :, 1] == 0).all()  # ...had room made for them in the budget
     assert int(d["cuts"]) == int(d["core_cuts"]) >= 1
     for k in range(3):
         for name in ("pos", "vel", "acc", "pot"):

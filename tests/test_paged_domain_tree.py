@@ -126,6 +126,13 @@ def test_paged_domain_tree_closing_kick_and_bad_input(tmp_path):
         with pytest.raises(ValueError, match="cells: expected 19 columns"):
             tree.graft(np.zeros((1, 5)), np.zeros((1, 4), np.int64), np.zeros((0, 4)), np.array([0, 1]),
                        np.array([0, 0]))
+        # arrays held beside the tree (pieces in transit) take frames from the cell cache,
+        # as much as it can give and no BudgetError past that; 0 gives the charge back
+        cache = tree.cell_cache_bytes
+        assert tree.hold_beside(PAGE) == tree.held_beside == PAGE
+        held = tree.hold_beside(1 << 40)
+        assert cache - tree.cell_cache_bytes > 0 and PAGE < held == tree.held_beside < 1 << 40
+        assert tree.hold_beside(0) == tree.held_beside == 0
         tree.graft(*_graft_args([None, None]))
         n = len(domains[0])
         vel0 = store.read("vel", 0, n)

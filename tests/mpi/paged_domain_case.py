@@ -47,12 +47,15 @@ def main(out: str, scratch: str) -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paged.start()  # its pieces do not fit the 512 KiB kept outside the store: said
-    transit_warned = any("outside its store until grafted" in str(w.message) for w in caught)
-    results = {}
+        # the pieces do not fit the 512 KiB kept outside the store: the start-up's are made
+        # before their size is known (said); later ones get room from the cell cache
+        paged.start()
+    transit_warned = any("essential pieces in transit" in str(w.message) for w in caught)
+    results, transit = {}, []
     for k, t in enumerate(STOPS):
         core.evolve_to(t)
         paged.evolve_to(t)
+        transit.append((paged.last_import.get("transit_bytes", 0), paged.last_import.get("transit_over", 0)))
         got = by_id(comm, core.ids(), core.positions(), core.velocities(), core.accelerations(), core.potentials())
         fields = ["id", "pos", "vel", "acc", "pot"]
         rows = {f: np.concatenate([blk[f] for blk in paged.blocks(fields)]) if paged.n else
@@ -75,8 +78,9 @@ def main(out: str, scratch: str) -> None:
         results["core_fine"], results["paged_fine"] = got[0], mine[0]
     counters = comm.gather(paged.io_bytes | {"read_now": paged._store._core.counters()["misses"]
                                              if paged.n else 0})
+    transit = comm.gather(transit)
     if comm.rank == 0:
-        np.savez(out, **results, transit_warned=transit_warned, misses=sum(c["read_now"] for c in counters),
+        np.savez(out, **results, transit_warned=transit_warned, transit=np.array(transit), misses=sum(c["read_now"] for c in counters),
                  cuts=paged.cuts, core_cuts=core.cuts, summary=paged.stage_summary())
     paged.close()
 

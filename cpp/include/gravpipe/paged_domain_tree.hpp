@@ -13,7 +13,8 @@
 // Memory: the local tree's cells and the store's particles are paged under the store's
 // budget (PagedTree); the grafted top and the imported particles (the locally essential
 // part, ~ the domain's surface) are held in memory charged to the same budget, the cell
-// cache giving frames back for them when the budget is short.
+// cache giving frames back for them when the budget is short; so are, on the owner's word
+// (hold_beside), the pieces in transit, which live outside the store.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,14 +54,24 @@ class PagedDomainTree {
   std::int64_t top_cells() const { return static_cast<std::int64_t>(top_.count()); }
   /// Bytes of memory the grafted top and imported particles hold (charged to the budget).
   std::uint64_t graft_bytes() const { return graft_charge_.bytes(); }
+  /// Charge `bytes` of the budget for arrays its owner holds beside the tree (the essential
+  /// pieces on their way through MPI), the cell cache giving frames back for them; replaces
+  /// the last such charge (0: none). Returns what was charged: all of `bytes`, or less where
+  /// the cell cache is down to its fewest frames (never a BudgetError: the owner says it).
+  /// The graft's own charge comes first: held_beside() may be less after it.
+  std::uint64_t hold_beside(std::uint64_t bytes);
+  std::uint64_t held_beside() const { return beside_charge_.bytes(); }
   const PagedTree& tree() const { return *tree_; }
   const TreeStats& stats() const { return tree_->stats(); }
 
  private:
   /// The local root as one TreeNodes cell (moments from its record, the box from own_).
   TreeNodes root_row() const;
-  /// Room in the budget for `bytes`: the cell cache gives frames back when it must.
+  /// Room in the budget for `bytes`: the cell cache gives frames back when it must, and
+  /// then what is held beside.
   Reservation charge(std::uint64_t bytes);
+  /// What the budget has free, less the page tables of the readers still to be made.
+  std::uint64_t room() const;
 
   ParticleStore& store_;
   TreeParams params_;
@@ -69,6 +80,7 @@ class PagedDomainTree {
   TreeNodes top_;                     // synthetic cells, the local root's stand-in, the pieces
   std::vector<double> x_, y_, z_, m_;  // imported particles (index size() + k)
   Reservation graft_charge_;
+  Reservation beside_charge_;
 };
 
 }  // namespace gravpipe

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gravpipe/error.hpp"
+#include "gravpipe/paged_cells.hpp"
 #include "gravpipe/paged_particles.hpp"
 #include "gravpipe/stopwatch.hpp"
 #include "paged_graft_view.hpp"
@@ -18,6 +19,8 @@
 namespace gravpipe {
 
 namespace {
+
+constexpr const char* kBeside = "arrays held beside the locally essential tree";
 
 /// Bytes a grafted top cell holds: TreeNodes' columns and its walk record.
 constexpr std::uint64_t kTopCellBytes = kPieceCellDoubles * sizeof(double) + 2 * sizeof(std::int64_t) +
@@ -54,11 +57,32 @@ EssentialPiece PagedDomainTree::export_for(Span<const DomainBox> d) const {
                                 MacParams{params_.G, params_.alpha, params_.quadrupole});
 }
 
+std::uint64_t PagedDomainTree::room() const {
+  // the readers that the export, the graft and the walk make charge their page tables: kept free
+  const std::int64_t pages = store_.pages() + PagedCells::pages_for(tree_->cell_count(), store_.page_bytes());
+  const std::uint64_t tables = PagedCells::reader_table_bytes(pages, tree_->threads());
+  const MemoryBudget& b = store_.budget();
+  return b.total() > b.used() + tables ? b.total() - b.used() - tables : 0;
+}
+
 Reservation PagedDomainTree::charge(std::uint64_t bytes) {
-  MemoryBudget& b = store_.budget();
-  const std::uint64_t room = b.total() > b.used() ? b.total() - b.used() : 0;
-  if (room < bytes) tree_->shrink_cell_cache(bytes - room);
-  return b.reserve(bytes, "the locally essential tree's imported cells and particles");
+  if (room() < bytes) tree_->shrink_cell_cache(bytes - room());
+  // what is held beside gives way last: the graft its arrays are copied into comes first
+  // (they go unaccounted until their owner drops them, and held_beside() says so)
+  if (room() < bytes && beside_charge_.bytes() > 0) {
+    const std::uint64_t short_by = bytes - room(), held = beside_charge_.bytes();
+    beside_charge_ = Reservation();
+    if (held > short_by) beside_charge_ = store_.budget().reserve(held - short_by, kBeside);
+  }
+  return store_.budget().reserve(bytes, "the locally essential tree's imported cells and particles");
+}
+
+std::uint64_t PagedDomainTree::hold_beside(std::uint64_t bytes) {
+  beside_charge_ = Reservation();  // release() would leave its bytes() in place
+  if (bytes == 0) return 0;
+  if (room() < bytes) tree_->shrink_cell_cache(bytes - room());
+  beside_charge_ = store_.budget().reserve(std::min(bytes, room()), kBeside);
+  return beside_charge_.bytes();
 }
 
 void PagedDomainTree::graft(const ReceivedPieces& in) {

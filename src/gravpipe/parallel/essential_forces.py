@@ -22,6 +22,7 @@ of pieces and of migration, seconds in MPI calls.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,11 +189,13 @@ def domains(comm: Any, tree: Any) -> list[np.ndarray]:
     return comm.allgather(np.ascontiguousarray(mine))
 
 
-def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock
-                    ) -> tuple[tuple[np.ndarray, ...], int]:
+def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None], clock: Clock,
+                    before_receive: Callable[[int], None] | None = None) -> tuple[tuple[np.ndarray, ...], int]:
     """The essential pieces (one per destination rank, None: nothing) to their ranks, and
     theirs to this one. Returns the graft arguments (cells, links, particles, cells per
     sender, particles per sender) and the bytes this rank sent; the list is emptied.
+    ``before_receive``: called with the bytes about to arrive before their arrays are made
+    (an out-of-core rank makes room for them in its budget).
 
     Each piece goes out from its own arrays and each arrives straight into its place in
     three receive arrays in sender order (the layout graft takes), by nonblocking
@@ -207,6 +210,8 @@ def exchange_pieces(comm: Any, pieces: list[tuple[np.ndarray, np.ndarray, np.nda
     got = np.empty((ranks, 2), np.int64)
     with clock:
         comm.Alltoall(sizes, got)
+    if before_receive is not None:
+        before_receive(int(got[:, 0].sum()) * (_N_CELL + _N_LINK) * 8 + int(got[:, 1].sum()) * _N_PARTICLE * 8)
     cells = np.empty((int(got[:, 0].sum()), _N_CELL))
     links = np.empty((int(got[:, 0].sum()), _N_LINK), np.int64)
     particles = np.empty((int(got[:, 1].sum()), _N_PARTICLE))

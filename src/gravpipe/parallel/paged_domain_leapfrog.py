@@ -28,7 +28,9 @@ the store's order rather than the arrays', and may sum in another order).
 Memory: the store's budget holds the particle pages, the sort buffer, the tree's cells and
 what the walk copies; the grafted pieces are charged to it too. The blocks this module
 reads (BLOCK particles at a time) and the pieces on their way through MPI are outside the
-store: the run keeps OUTSIDE_STORE of the rank's budget for them.
+store: the run keeps OUTSIDE_STORE of the rank's budget for them, and where the pieces take
+more (a centrally concentrated model cut through its core), the tree's cell cache gives
+frames back for the rest (_Transit).
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class PagedDomainLeapfrog:
         self.stages: dict[str, float] = {}
         self.evaluations = 0
         self.last_stages: dict[str, float] = {}  # the last step's seconds by stage
-        #: the last evaluation's import: particles, cells, bytes this rank sent, bytes grafted
+        #: the last evaluation's import: particles, cells, bytes this rank sent, bytes grafted,
+        #: bytes of pieces in transit at once and how far they went past what the budget held
         self.last_import: dict[str, int] = {}
         self.io_bytes = {"read": 0, "written": 0}  # the store's page traffic, summed over the stores
         self._stats = {"interactions": 0, "seconds_j_write": 0.0, "seconds_comm": 0.0, "seconds_total": 0.0}
@@ -120,6 +123,7 @@ class PagedDomainLeapfrog:
         _remove_stale_dirs(self.scratch)
         self._store: ParticleStore | None = None
         self._transit_warned = False
+        self._last_transit = 0  # bytes of the last evaluation's pieces in transit
         self._started = restart is not None
         self._fill(blocks, int(n), check)
         if restart is None:
@@ -427,18 +431,26 @@ class PagedDomainLeapfrog:
         exchange = Clock()
         with exchange:
             boxes = domains(comm, tree)
+        transit = _Transit(tree, self.budget - self.store_budget - BLOCK * _BLOCK_BYTES_PER_PARTICLE,
+                           self._last_transit)
         with _timed(stages, "export"):
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
-        recv, essential = exchange_pieces(comm, pieces, exchange)
+        transit.made(sum(a.nbytes for piece in pieces if piece is not None for a in piece))
+        recv, essential = exchange_pieces(comm, pieces, exchange, transit.receiving)
         stages["exchange"] = exchange.seconds
-        self._check_transit(sum(a.nbytes for a in recv[:3]))
+        transit.sent()
+        self._last_transit = transit.peak
         interactions = 0
         if tree is not None:
             with _timed(stages, "graft"):
                 tree.graft(*recv)
+            transit.grafted()
+            self._warn_over_budget(transit)
             self.last_import = {"particles": int(tree.imported_particles), "cells": int(tree.top_cells),
-                                "bytes_sent": int(essential), "graft_bytes": int(tree.graft_bytes)}
+                                "bytes_sent": int(essential), "graft_bytes": int(tree.graft_bytes),
+                                "transit_bytes": transit.peak, "transit_over": transit.over}
             del recv
+            tree.hold_beside(0)
             with _timed(stages, "walk_forces"):
                 tree.forces(*fields, kick_h=kick_h, time=t)
             stats = tree.stats()
@@ -462,22 +474,19 @@ class PagedDomainLeapfrog:
         st_["seconds_comm"] += stages["exchange"]
         st_["seconds_total"] += time.perf_counter() - t_start
 
-    def _check_transit(self, nbytes: int) -> None:
-        """Warn (once a run) when the pieces received this evaluation, held outside the store
-        until the graft copies them into its budget, do not fit beside a block's arrays in
-        what the rank keeps outside its store: the process then exceeds its budget by that
-        much (the pieces of a centrally concentrated model cut through its core are large)."""
-        room = self.budget - self.store_budget - BLOCK * _BLOCK_BYTES_PER_PARTICLE
-        if nbytes > room and not self._transit_warned:
+    def _warn_over_budget(self, transit: "_Transit") -> None:
+        """Warn (once a run) when the pieces in transit took more than the budget could make
+        room for: the process then exceeded its budget by that much."""
+        if transit.over > 0 and not self._transit_warned:
             import warnings
 
             from gravpipe.errors import MemoryBudgetWarning
 
             self._transit_warned = True
             warnings.warn(MemoryBudgetWarning(
-                f"the essential pieces this rank received take {format_bytes(nbytes)} outside its store until "
-                f"grafted, more than the {format_bytes(max(room, 0))} its budget keeps for them: the process "
-                f"exceeds {format_bytes(self.budget)} by up to {format_bytes(nbytes - max(room, 0))}"),
+                f"the essential pieces in transit on this rank took {format_bytes(transit.peak)} outside its store, "
+                f"{format_bytes(transit.over)} more than its budget kept or its tree's cell cache could give back "
+                f"when they were made: the process exceeded {format_bytes(self.budget)} by up to that much"),
                 stacklevel=3)
 
     # ---- what the run reads ---------------------------------------------------------------------
@@ -537,6 +546,49 @@ def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
         pos = store.read("pos", b, min(n, b + BLOCK))
         lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
     return lo, hi
+
+
+class _Transit:
+    """The essential pieces on their way through MPI, which live outside the store: ``room``
+    bytes of the rank's budget are kept for them; beyond that the tree's cell cache gives
+    frames back (``PagedDomainTree.hold_beside``). Before the export it holds what the last
+    evaluation's pieces took (the export's size is known only once made); once the sizes to
+    receive are known, what this one's take; after the exchange, what arrived. ``over``: the
+    bytes the pieces took beyond the room and what was held when they were made."""
+
+    def __init__(self, tree: Any, room: int, expected: int):
+        self.tree, self.room = tree, max(int(room), 0)
+        self.peak = self.over = self._made = self._received = 0
+        self._held = self._hold(expected)
+
+    def _hold(self, nbytes: int) -> int:
+        return 0 if self.tree is None else int(self.tree.hold_beside(max(nbytes - self.room, 0)))
+
+    def _account(self, nbytes: int) -> None:
+        self.peak = max(self.peak, nbytes)
+        self.over = max(self.over, nbytes - self.room - self._held)
+
+    def made(self, nbytes: int) -> None:
+        """The pieces for the other ranks are made: ``nbytes``."""
+        self._made = int(nbytes)
+        self._account(self._made)
+
+    def receiving(self, nbytes: int) -> None:
+        """``nbytes`` are about to arrive beside the pieces made."""
+        total = self._made + int(nbytes)
+        self._held = self._hold(total)
+        self._account(total)
+        self._received = int(nbytes)
+
+    def sent(self) -> None:
+        """The pieces made have gone: what arrived stays until the graft has copied it."""
+        self._held = self._hold(self._received)
+
+    def grafted(self) -> None:
+        """The graft has copied what arrived, its charge first: what stays held beside."""
+        if self.tree is not None:
+            self._held = int(self.tree.held_beside)
+            self._account(self._received)
 
 
 def _remove_stale_dirs(scratch: Path) -> None:
