@@ -52,15 +52,13 @@ struct DomainBox {
   bool empty() const { return lo[0] > hi[0] || lo[1] > hi[1] || lo[2] > hi[2]; }
 };
 
-/// A domain is described by boxes: its groups (curve order) in runs of at most 1 /
-/// kDomainBoxes of its particles, a run ending early where the curve jumps (its box and the
-/// next group's together would be mostly empty: a union more than twice their volumes), each box the union
-/// of its groups' boxes. Every group, so every walk of the receiver, lies in one of them, so
-/// a cell that every box accepts is accepted by every walk. One box around a whole curve
-/// domain holds much that is not the domain (a Hilbert half of a Plummer sphere: the other
-/// half's core), and a piece for it opens all of that; so do runs of equal counts through a
-/// halo, whose groups lie far apart along the curve.
-constexpr int kDomainBoxes = 1024;
+/// A domain is described by the boxes of its self-gravity groups (curve order), one each:
+/// every walk of the receiver is one group's, so a cell that every box accepts is accepted
+/// by every walk, and a piece for these boxes holds what the walks open and no more. A box
+/// around several groups holds space of none of them; where the curve jumps (from a group
+/// by a Plummer core to halo groups tens of units out) it reaches into the other rank's
+/// core and the piece for it opens all of that. The export tests a cell against unions of
+/// runs of the boxes first (export_piece), so that their number costs ~log of it a cell.
 /// The boxes of a domain whose self-gravity groups are `groups` (curve order).
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups);
 

@@ -22,8 +22,9 @@ void put_links(std::vector<std::int64_t>& links, std::int64_t first_child, std::
   links.insert(links.end(), row, row + kPieceCellInts);
 }
 
-/// Boxes of a receiver's domain that one box around them stands for in the export's first tests.
-constexpr std::size_t kBoxesPerSuper = 32;
+/// Boxes of a receiver's domain (or unions of them) that one union stands for in the
+/// export's tests.
+constexpr std::size_t kBoxesPerUnion = 32;
 
 /// A domain box as the group the MAC tests against (it excludes nothing).
 Group group_of(const DomainBox& b) {
@@ -45,6 +46,54 @@ Group union_of(const std::vector<Group>& groups, std::size_t first, std::size_t 
   return u;
 }
 
+/// A receiver's boxes, each as a group that excludes nothing (it holds none of our
+/// particles), under levels of unions of kBoxesPerUnion consecutive ones up to a few: a
+/// union that accepts a cell stands for every box below it (the MAC distance only grows as
+/// a box shrinks), so a cell far from a run of boxes is settled by one test, and only near
+/// a box does the test go down to it.
+template <class Cells>
+class BoxHierarchy {
+ public:
+  BoxHierarchy(const Cells& cells, std::vector<Group> boxes, const MacParams& mac) {
+    levels_.push_back(std::move(boxes));
+    while (levels_.back().size() > kBoxesPerUnion) {
+      const std::vector<Group>& below = levels_.back();
+      std::vector<Group> unions;
+      for (std::size_t b = 0; b < below.size(); b += kBoxesPerUnion)
+        unions.push_back(union_of(below, b, std::min(below.size(), b + kBoxesPerUnion)));
+      levels_.push_back(std::move(unions));
+    }
+    // the acceptors hold references to the groups: made once every level is in place
+    acceptors_.resize(levels_.size());
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      acceptors_[l].reserve(levels_[l].size());
+      for (const Group& g : levels_[l]) acceptors_[l].emplace_back(cells, g, mac);
+    }
+  }
+
+  /// Whether every box accepts cell k (walk record c).
+  bool every_box_accepts(std::int32_t k, const WalkCell& c) const {
+    const std::size_t top = levels_.size() - 1;
+    for (std::size_t i = 0; i < levels_[top].size(); ++i)
+      if (!accepted_below(top, i, k, c)) return false;
+    return true;
+  }
+
+ private:
+  bool accepted_below(std::size_t level, std::size_t i, std::int32_t k, const WalkCell& c) const {
+    double d2 = 0;
+    if (acceptors_[level][i].accepts(k, c, d2)) return true;
+    if (level == 0) return false;
+    const std::size_t end = std::min(levels_[level - 1].size(), (i + 1) * kBoxesPerUnion);
+    for (std::size_t j = i * kBoxesPerUnion; j < end; ++j)
+      if (!accepted_below(level - 1, j, k, c)) return false;
+    return true;
+  }
+
+  std::vector<std::vector<Group>> levels_;  // [0]: the boxes; [l + 1]: unions of [l]
+  std::vector<std::vector<Acceptor<Cells>>> acceptors_;
+};
+
 /// The root's box in a piece row: lo (3), hi (3), size, at kPieceColumns' places 4..10.
 void put_box(double* row, const double lo[3], const double hi[3]) {
   for (int a = 0; a < 3; ++a) row[4 + a] = lo[a], row[7 + a] = hi[a];
@@ -58,41 +107,18 @@ template <class Cells, class Row, class Particles>
 EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles& p, const double lo[3],
                             const double hi[3], Span<const DomainBox> d, const MacParams& mac) {
   EssentialPiece out;
-  // each box of the receiver's domain as a group that excludes nothing: it holds none of
-  // our particles; a box accepts a cell when a box around it does (the MAC distance only
-  // grows as a box shrinks), so runs of kBoxesPerSuper boxes and the whole domain get boxes
-  // of their own, tested first: most cells are settled by one or a few tests, not 1024
   std::vector<Group> boxes;
   for (const DomainBox& b : d)
     if (!b.empty()) boxes.push_back(group_of(b));
   if (boxes.empty()) return out;
-  std::vector<Group> supers;
-  for (std::size_t b = 0; b < boxes.size(); b += kBoxesPerSuper)
-    supers.push_back(union_of(boxes, b, std::min(boxes.size(), b + kBoxesPerSuper)));
-  const Group whole = union_of(supers, 0, supers.size());
-  std::vector<Acceptor<Cells>> box_acceptors, super_acceptors;
-  box_acceptors.reserve(boxes.size()), super_acceptors.reserve(supers.size());
-  for (const Group& g : boxes) box_acceptors.emplace_back(cells, g, mac);
-  for (const Group& g : supers) super_acceptors.emplace_back(cells, g, mac);
-  const Acceptor<Cells> whole_acceptor(cells, whole, mac);
-  const auto every_box_accepts = [&](std::int32_t k, const WalkCell& c) {
-    double d2 = 0;
-    if (whole_acceptor.accepts(k, c, d2)) return true;
-    for (std::size_t s = 0; s < supers.size(); ++s) {
-      if (super_acceptors[s].accepts(k, c, d2)) continue;
-      const std::size_t end = std::min(boxes.size(), (s + 1) * kBoxesPerSuper);
-      for (std::size_t b = s * kBoxesPerSuper; b < end; ++b)
-        if (!box_acceptors[b].accepts(k, c, d2)) return false;
-    }
-    return true;
-  };
+  const BoxHierarchy<Cells> receiver(cells, std::move(boxes), mac);
   std::vector<std::int32_t> queue{cells.root()};  // source cells in piece order (breadth first)
   for (std::size_t q = 0; q < queue.size(); ++q) {
     const std::int32_t k = queue[q];
     out.cells.resize(out.cells.size() + kPieceCellDoubles, 0.0);
     row(k, &out.cells[out.cells.size() - kPieceCellDoubles]);
     const WalkCell c = cells.walk(k);
-    if (every_box_accepts(k, c)) {
+    if (receiver.every_box_accepts(k, c)) {
       // every walk of the receiver accepts it too (its boxes lie inside d): no children
       put_links(out.links, -1, 0, kPrunedRange, kPrunedRange);
     } else if (c.first_child < 0) {
@@ -137,45 +163,14 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
   return out;
 }
 
-/// Whether the union of two boxes is mostly space of neither: its volume more than twice
-/// theirs together (each side taken as at least 1/1024 of the union's largest, so that flat
-/// boxes of a few particles count). Where the curve jumps, from a group by a Plummer core to
-/// a halo group tens of units away, the union would reach from the one to the other and make
-/// the exporter open its core for the halo group.
-bool mostly_empty(const DomainBox& a, const DomainBox& b, const DomainBox& both) {
-  double largest = 0;
-  for (int k = 0; k < 3; ++k) largest = std::max(largest, both.hi[k] - both.lo[k]);
-  const double floor = largest / 1024;
-  const auto volume = [floor](const DomainBox& box) {
-    double v = 1;
-    for (int k = 0; k < 3; ++k) v *= std::max(box.hi[k] - box.lo[k], floor);
-    return v;
-  };
-  return volume(both) > 2 * (volume(a) + volume(b));
-}
-
 }  // namespace
 
 std::vector<DomainBox> group_boxes(const std::vector<Group>& groups) {
-  std::vector<DomainBox> boxes;
-  if (groups.empty()) return boxes;
-  const std::int64_t n = groups.back().i_end - groups.front().i_begin;
-  const std::int64_t target = std::max<std::int64_t>(1, n / kDomainBoxes);
-  DomainBox run;
-  std::int64_t in_run = 0;
-  for (const Group& g : groups) {
-    DomainBox gb;
-    for (int a = 0; a < 3; ++a) gb.lo[a] = g.lo[a], gb.hi[a] = g.hi[a];
-    gb.a_min = g.a_min;
-    DomainBox merged = run;
-    for (int a = 0; a < 3; ++a) merged.lo[a] = std::min(run.lo[a], gb.lo[a]), merged.hi[a] = std::max(run.hi[a], gb.hi[a]);
-    merged.a_min = run.a_min > 0 && gb.a_min > 0 ? std::min(run.a_min, gb.a_min) : std::max(run.a_min, gb.a_min);
-    const bool full = in_run > 0 && (in_run + (g.i_end - g.i_begin) > target || mostly_empty(run, gb, merged));
-    if (full) boxes.push_back(run), in_run = 0;
-    run = in_run > 0 ? merged : gb;
-    in_run += g.i_end - g.i_begin;
+  std::vector<DomainBox> boxes(groups.size());
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    for (int a = 0; a < 3; ++a) boxes[k].lo[a] = groups[k].lo[a], boxes[k].hi[a] = groups[k].hi[a];
+    boxes[k].a_min = groups[k].a_min;
   }
-  boxes.push_back(run);
   return boxes;
 }
 

@@ -428,13 +428,17 @@ class PagedDomainLeapfrog:
                 own = np.concatenate((st["bounds_lo"], st["bounds_hi"], [0.0]))
                 args = {k: v for k, v in (tree_args or self.forces._tree_args).items() if k != "alpha"}
                 tree = _core.PagedDomainTree(s._core, own, **args, keep_free=tree_keep_free(self.n, args["threads"]))
-        exchange = Clock()
-        with exchange:
-            boxes = domains(comm, tree)
         transit = _Transit(tree, self.budget - self.store_budget - BLOCK * _BLOCK_BYTES_PER_PARTICLE,
                            self._last_transit)
+        exchange = Clock()
+        with exchange:
+            boxes = domains(comm, tree)  # every group's box of every rank: ~0.5 B a particle
+        boxes_bytes = sum(b.nbytes for b in boxes)
+        transit.made(boxes_bytes)
         with _timed(stages, "export"):
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
+        transit.made(boxes_bytes + sum(a.nbytes for piece in pieces if piece is not None for a in piece))
+        del boxes
         transit.made(sum(a.nbytes for piece in pieces if piece is not None for a in piece))
         recv, essential = exchange_pieces(comm, pieces, exchange, transit.receiving)
         stages["exchange"] = exchange.seconds
@@ -549,12 +553,13 @@ def _bounds(store: ParticleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Transit:
-    """The essential pieces on their way through MPI, which live outside the store: ``room``
-    bytes of the rank's budget are kept for them; beyond that the tree's cell cache gives
-    frames back (``PagedDomainTree.hold_beside``). Before the export it holds what the last
-    evaluation's pieces took (the export's size is known only once made); once the sizes to
+    """The essential pieces on their way through MPI and the domains' boxes they are made
+    for, which live outside the store: ``room`` bytes of the rank's budget are kept for
+    them; beyond that the tree's cell cache gives frames back
+    (``PagedDomainTree.hold_beside``). Before the boxes come it holds what the last
+    evaluation's took (the export's size is known only once made); once the sizes to
     receive are known, what this one's take; after the exchange, what arrived. ``over``: the
-    bytes the pieces took beyond the room and what was held when they were made."""
+    bytes they took beyond the room and what was held when they were made."""
 
     def __init__(self, tree: Any, room: int, expected: int):
         self.tree, self.room = tree, max(int(room), 0)
@@ -569,7 +574,7 @@ class _Transit:
         self.over = max(self.over, nbytes - self.room - self._held)
 
     def made(self, nbytes: int) -> None:
-        """The pieces for the other ranks are made: ``nbytes``."""
+        """What this rank holds now: ``nbytes`` (the boxes, the pieces for the other ranks)."""
         self._made = int(nbytes)
         self._account(self._made)
 
