@@ -213,6 +213,14 @@ void bind_paged_domain_tree(nb::module_& m) {
              return piece_to_numpy(std::move(p));
            },
            nb::arg("domain"), "The piece for a receiver's domain (k, 7), as DomainTree.export_for.")
+      .def("export_size",
+           [](const PagedDomainTreeBox& t, Boxes boxes) {
+             const std::vector<DomainBox> d = boxes_from(boxes);
+             nb::gil_scoped_release release;
+             const PieceSize size = t.get().export_size({d.data(), d.size()});
+             return std::make_tuple(size.cells, size.particles, size.bytes());
+           },
+           nb::arg("domain"), "The size of export_for's piece, without making it: (cells, particles, bytes).")
       .def("graft",
            [](PagedDomainTreeBox& t, Rows cells, LinkRows links, Rows particles, Counts cells_per_piece,
               Counts particles_per_piece) {

@@ -91,8 +91,11 @@ def test_paged_domain_tree_is_the_in_core_one_bit_for_bit(tmp_path, ranks, threa
             assert np.array_equal(tree.domain(), boxes[r])
             for q in range(ranks):
                 if q != r:
-                    for a, b in zip(tree.export_for(boxes[q]), core[r].export_for(boxes[q])):
+                    piece = tree.export_for(boxes[q])
+                    for a, b in zip(piece, core[r].export_for(boxes[q])):
                         assert a.dtype == b.dtype and np.array_equal(a, b)
+                    # its size, known before it is made
+                    assert tree.export_size(boxes[q]) == (len(piece[0]), len(piece[2]), sum(a.nbytes for a in piece))
             pieces = [None if q == r else core[q].export_for(boxes[r]) for q in range(ranks)]
             args = _graft_args(pieces)
             core[r].graft(*args)

@@ -116,7 +116,9 @@ def main() -> None:
                 imp = rec["import"]
                 print(f"  {rec['stage']}: {rec['seconds']:.1f} s ({st}){io}; walk {rate:.3e} interactions/s; "
                       f"imported {imp.get('particles', 0):,} particles, {imp.get('cells', 0):,} cells "
-                      f"({imp.get('graft_bytes', 0) / 2**20:.1f} MiB), sent {imp.get('bytes_sent', 0) / 2**20:.1f} MiB")
+                      f"({imp.get('graft_bytes', 0) / 2**20:.1f} MiB), sent {imp.get('bytes_sent', 0) / 2**20:.1f} MiB; "
+                      f"in transit {imp.get('transit_bytes', 0) / 2**20:.1f} MiB, "
+                      f"{imp.get('transit_over', 0) / 2**20:.1f} MiB of it past the budget")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1, default=str)

@@ -39,6 +39,8 @@ class PagedDomainTree {
   std::vector<DomainBox> domain() const { return group_boxes(tree_->groups()); }
   /// The piece for a receiver whose domain is the boxes d.
   EssentialPiece export_for(Span<const DomainBox> d) const;
+  /// Its size, without making it.
+  PieceSize export_size(Span<const DomainBox> d) const;
   /// Graft the received pieces (InputError for malformed ones; BudgetError when what they
   /// import does not fit the budget, even with the cell cache at its fewest frames).
   void graft(const ReceivedPieces& in);

@@ -86,6 +86,19 @@ class PagedParticles;
 EssentialPiece export_essential_paged(const PagedCells& cells, const PagedParticles& p, const DomainBox& own,
                                       Span<const DomainBox> d, const MacParams& mac);
 
+/// The size of a piece, known before it is made.
+struct PieceSize {
+  std::int64_t cells = 0, particles = 0;
+  /// Bytes of its arrays: the cell rows and links, the particles' x y z m.
+  std::uint64_t bytes() const {
+    return static_cast<std::uint64_t>(cells) * (kPieceCellDoubles + kPieceCellInts) * 8 +
+           static_cast<std::uint64_t>(particles) * kPieceParticleDoubles * 8;
+  }
+};
+/// The size of export_essential_paged's piece for d, from the same walk without its rows
+/// and particles (a rank makes room for a piece before making it).
+PieceSize essential_size_paged(const PagedCells& cells, Span<const DomainBox> d, const MacParams& mac);
+
 /// Pieces as they arrive, concatenated in sender order: for sender s, cells_per_piece[s]
 /// cells and particles_per_piece[s] particles (either may be 0: nothing from s).
 struct ReceivedPieces {

@@ -65,6 +65,10 @@ std::uint64_t PagedDomainTree::room() const {
   return b.total() > b.used() + tables ? b.total() - b.used() - tables : 0;
 }
 
+PieceSize PagedDomainTree::export_size(Span<const DomainBox> d) const {
+  return essential_size_paged(tree_->cells(), d, MacParams{params_.G, params_.alpha, params_.quadrupole});
+}
+
 Reservation PagedDomainTree::charge(std::uint64_t bytes) {
   if (room() < bytes) tree_->shrink_cell_cache(bytes - room());
   // what is held beside gives way last: the graft its arrays are copied into comes first

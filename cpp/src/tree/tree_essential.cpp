@@ -100,6 +100,39 @@ void put_box(double* row, const double lo[3], const double hi[3]) {
   row[10] = std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]});
 }
 
+/// The receiver's boxes (empty ones left out) as groups that exclude nothing.
+std::vector<Group> receiver_groups(Span<const DomainBox> d) {
+  std::vector<Group> boxes;
+  for (const DomainBox& b : d)
+    if (!b.empty()) boxes.push_back(group_of(b));
+  return boxes;
+}
+
+/// What a cell of a piece is: accepted by every box (sent without children), an opened
+/// leaf (its particles sent) or an opened cell (its children sent).
+enum class PieceCell { Pruned, OpenedLeaf, Opened };
+
+/// The cells of the piece for `receiver`, breadth first from the root, so that children
+/// stay contiguous after their parent: visit(k, walk record, kind, the piece position of an
+/// opened cell's first child) for each. Returns the cells in piece order.
+template <class Cells, class Visit>
+std::vector<std::int32_t> piece_cells(const Cells& cells, const BoxHierarchy<Cells>& receiver, const Visit& visit) {
+  std::vector<std::int32_t> queue{cells.root()};
+  for (std::size_t q = 0; q < queue.size(); ++q) {
+    const std::int32_t k = queue[q];
+    const WalkCell c = cells.walk(k);
+    if (receiver.every_box_accepts(k, c)) {
+      visit(k, c, PieceCell::Pruned, 0);  // every walk of the receiver accepts it too (its boxes lie inside d)
+    } else if (c.first_child < 0) {
+      visit(k, c, PieceCell::OpenedLeaf, 0);
+    } else {
+      visit(k, c, PieceCell::Opened, queue.size());
+      for (std::int32_t ch = c.first_child; ch < c.first_child + c.n_children; ++ch) queue.push_back(ch);
+    }
+  }
+  return queue;
+}
+
 /// The piece of the tree that `cells` (a cell accessor) reads, whose cell rows `row(k,
 /// out)` writes (kPieceCellDoubles values, the box left 0) and whose root's box is
 /// [lo, hi], for a receiver with domain d.
@@ -107,27 +140,20 @@ template <class Cells, class Row, class Particles>
 EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles& p, const double lo[3],
                             const double hi[3], Span<const DomainBox> d, const MacParams& mac) {
   EssentialPiece out;
-  std::vector<Group> boxes;
-  for (const DomainBox& b : d)
-    if (!b.empty()) boxes.push_back(group_of(b));
+  std::vector<Group> boxes = receiver_groups(d);
   if (boxes.empty()) return out;
   const BoxHierarchy<Cells> receiver(cells, std::move(boxes), mac);
-  std::vector<std::int32_t> queue{cells.root()};  // source cells in piece order (breadth first)
-  for (std::size_t q = 0; q < queue.size(); ++q) {
-    const std::int32_t k = queue[q];
+  const auto put = [&](std::int32_t k, const WalkCell& c, PieceCell kind, std::size_t first_child) {
     out.cells.resize(out.cells.size() + kPieceCellDoubles, 0.0);
     row(k, &out.cells[out.cells.size() - kPieceCellDoubles]);
-    const WalkCell c = cells.walk(k);
-    if (receiver.every_box_accepts(k, c)) {
-      // every walk of the receiver accepts it too (its boxes lie inside d): no children
+    if (kind == PieceCell::Pruned)
       put_links(out.links, -1, 0, kPrunedRange, kPrunedRange);
-    } else if (c.first_child < 0) {
-      put_links(out.links, -1, 0, 0, 0);  // an opened leaf: particles below
-    } else {
-      put_links(out.links, static_cast<std::int64_t>(queue.size()), c.n_children, 0, 0);
-      for (std::int32_t ch = c.first_child; ch < c.first_child + c.n_children; ++ch) queue.push_back(ch);
-    }
-  }
+    else if (kind == PieceCell::OpenedLeaf)
+      put_links(out.links, -1, 0, 0, 0);  // particles below
+    else
+      put_links(out.links, static_cast<std::int64_t>(first_child), c.n_children, 0, 0);
+  };
+  const std::vector<std::int32_t> queue = piece_cells(cells, receiver, put);
   put_box(out.cells.data(), lo, hi);
   // the opened leaves' particles depth first, so that every cell's particles are one range
   std::vector<std::int64_t> stack{0};
@@ -161,6 +187,20 @@ EssentialPiece export_piece(const Cells& cells, const Row& row, const Particles&
     links[2] = r_lo <= r_hi ? r_lo : 0, links[3] = r_lo <= r_hi ? r_hi : 0;
   }
   return out;
+}
+
+/// The size of export_piece's piece, without making it.
+template <class Cells>
+PieceSize piece_size(const Cells& cells, Span<const DomainBox> d, const MacParams& mac) {
+  PieceSize size;
+  std::vector<Group> boxes = receiver_groups(d);
+  if (boxes.empty()) return size;
+  const BoxHierarchy<Cells> receiver(cells, std::move(boxes), mac);
+  piece_cells(cells, receiver, [&size](std::int32_t, const WalkCell& c, PieceCell kind, std::size_t) {
+    ++size.cells;
+    if (kind == PieceCell::OpenedLeaf) size.particles += c.end - c.begin;
+  });
+  return size;
 }
 
 }  // namespace
@@ -198,6 +238,12 @@ EssentialPiece export_essential_paged(const PagedCells& cells, const PagedPartic
     std::copy(v, v + kPieceCellDoubles, out);
   };
   return export_piece(reader, row, p, own.lo, own.hi, d, mac);
+}
+
+PieceSize essential_size_paged(const PagedCells& cells, Span<const DomainBox> d, const MacParams& mac) {
+  if (cells.count() == 0) return {};
+  const PagedCellReader reader = cells.reader();
+  return piece_size(reader, d, mac);
 }
 
 template EssentialPiece export_essential<InCoreParticles>(const TreeNodes&, const InCoreParticles&,

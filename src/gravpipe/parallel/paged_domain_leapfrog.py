@@ -436,6 +436,9 @@ class PagedDomainLeapfrog:
         boxes_bytes = sum(b.nbytes for b in boxes)
         transit.made(boxes_bytes)
         with _timed(stages, "export"):
+            # the pieces' sizes first, without making them, so that the budget has room for them
+            sizes = [int(tree.export_size(boxes[r])[2]) if tree is not None and r != me else 0 for r in range(ranks)]
+            transit.making(boxes_bytes + sum(sizes))
             pieces = [tree.export_for(boxes[r]) if tree is not None and r != me else None for r in range(ranks)]
         transit.made(boxes_bytes + sum(a.nbytes for piece in pieces if piece is not None for a in piece))
         del boxes
@@ -557,9 +560,10 @@ class _Transit:
     for, which live outside the store: ``room`` bytes of the rank's budget are kept for
     them; beyond that the tree's cell cache gives frames back
     (``PagedDomainTree.hold_beside``). Before the boxes come it holds what the last
-    evaluation's took (the export's size is known only once made); once the sizes to
-    receive are known, what this one's take; after the exchange, what arrived. ``over``: the
-    bytes they took beyond the room and what was held when they were made."""
+    evaluation's took; before the export, the boxes and the pieces' sizes
+    (``export_size``); once the sizes to receive are known, what the exchange holds at once;
+    after it, what arrived. ``over``: the bytes they took beyond the room and what was held
+    when they were made (the boxes of a first evaluation past the room)."""
 
     def __init__(self, tree: Any, room: int, expected: int):
         self.tree, self.room = tree, max(int(room), 0)
@@ -573,10 +577,16 @@ class _Transit:
         self.peak = max(self.peak, nbytes)
         self.over = max(self.over, nbytes - self.room - self._held)
 
+    def making(self, nbytes: int) -> None:
+        """This rank is about to hold ``nbytes``: held from now (the cell cache gives frames back)."""
+        if int(nbytes) - self.room > self._held:
+            self._held = self._hold(int(nbytes))
+
     def made(self, nbytes: int) -> None:
         """What this rank holds now: ``nbytes`` (the boxes, the pieces for the other ranks)."""
         self._made = int(nbytes)
         self._account(self._made)
+        self.making(self._made)  # held from now, where it went past (the cell cache shrinks for the rest)
 
     def receiving(self, nbytes: int) -> None:
         """``nbytes`` are about to arrive beside the pieces made."""
