@@ -124,13 +124,17 @@ PageFile::PageFile(const std::string& directory, std::size_t page_bytes, IoMode 
     : page_bytes_(page_bytes), aio_pool_(aio_pool) {
   check_page_bytes(page_bytes);
   // Another process's clean-up may lock a file made a moment ago, before its maker could,
-  // and remove it: the maker then makes another.
-  constexpr int kAttempts = 8;
-  for (int attempt = 1; !create(directory, mode); ++attempt)
+  // and remove it: the maker then makes another, after a pause that grows by 0.1 ms a try
+  // (so that it does not keep meeting a clean-up that runs in step with it; 64 tries wait
+  // 0.2 s at most).
+  constexpr int kAttempts = 64;
+  for (int attempt = 1; !create(directory, mode); ++attempt) {
     if (attempt == kAttempts)
       throw StoreError("scratch directory " + directory + ": " + std::to_string(kAttempts) +
                            " page files made there in turn were each removed at once by another process",
                        directory, -1);
+    ::usleep(static_cast<useconds_t>(100 * attempt));
+  }
 }
 
 bool PageFile::create(const std::string& directory, IoMode mode) {
