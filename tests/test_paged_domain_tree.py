@@ -184,3 +184,36 @@ def test_a_killed_ranks_migration_folders_are_removed_by_the_next_run(tmp_path):
     assert not stale.exists() and live.exists() and other.exists()
     said = [str(w.message) for w in caught if issubclass(w.category, StaleScratchWarning)]
     assert len(said) == 1 and str(stale) in said[0]
+
+
+def test_the_store_a_model_is_drawn_into_leaves_the_drawn_block_its_memory(tmp_path):
+    """A model's block takes ~300 MB while drawn, beside the store it is written to: the
+    store made for the draw leaves it that much of the rank's budget (beyond the room kept
+    outside the store), and a budget too small for both is named with the least that works."""
+    import gravpipe.parallel.paged_domain_leapfrog as pdl
+    from gravpipe.parallel.essential_forces import EssentialTreeForces
+
+    class OneRank:  # the constructor talks to no other rank
+        def Get_size(self) -> int:
+            return 1
+
+    p = gp.ic.plummer(500, seed=3)
+    share = {"pos": p.pos, "vel": p.vel, "mass": p.mass, "id": p.id}
+    forces = EssentialTreeForces.__new__(EssentialTreeForces)
+    forces.threads = 1
+    forces._tree_args = _tree_args(1, "mixed") | {"alpha": 0.0}
+    budget = (96 << 20) + (16 << 20)
+
+    def made(blocks_bytes: int) -> int:
+        run = pdl.PagedDomainLeapfrog(OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
+                                      memory_budget=budget, scratch=tmp_path, blocks_bytes=blocks_bytes)
+        try:
+            return int(run._store._core.budget_total)
+        finally:
+            run.close()
+
+    plain, beside = made(0), made((96 << 20) + (4 << 20))
+    assert plain - beside == 4 << 20  # what the block takes past the 96 MiB kept outside the store
+    with pytest.raises(MemoryBudgetError, match="least budget that works is") as e:
+        made((96 << 20) + (16 << 20))
+    assert e.value.least_budget > budget

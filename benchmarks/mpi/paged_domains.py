@@ -77,7 +77,8 @@ def main() -> None:
     t0 = time.perf_counter()
     run = PagedDomainLeapfrog(comm, lambda: share_blocks(args.model, args.n, args.seed, b, e), e - b, forces=forces,
                               dt=args.dt, t0=0.0, memory_budget=parse_byte_size(args.memory_budget),
-                              scratch=args.scratch)
+                              scratch=args.scratch,
+                              blocks_bytes=min(args.n, ic.IC_BLOCK) * ic.BYTES_PER_BLOCK_PARTICLE)
     run.start()
     startup = time.perf_counter() - t0
     records = [{"stage": "start-up", "seconds": startup, "stages": dict(run.last_stages),

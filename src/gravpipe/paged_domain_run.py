@@ -68,7 +68,8 @@ class PagedDomainRun(DomainRun):
         b, e = gio.file_share(int(n), comm.Get_rank(), comm.Get_size())
         run = cls.__new__(cls)
         run._setup_paged(comm, lambda: ic.model_share_blocks(model, int(n), seed, b, e), e - b, int(n),
-                         {"initial conditions": f"{model} n={n} seed={seed}"}, kwargs, memory_budget, scratch)
+                         {"initial conditions": f"{model} n={n} seed={seed}"}, kwargs, memory_budget, scratch,
+                         blocks_bytes=min(int(n), ic.IC_BLOCK) * ic.BYTES_PER_BLOCK_PARTICLE)
         return run
 
     @classmethod
@@ -88,7 +89,9 @@ class PagedDomainRun(DomainRun):
     # ---- construction ---------------------------------------------------------------------
     def _setup_paged(self, comm: Any, blocks: Blocks, n_local: int, n_total: int, origin: dict[str, str],
                      kw: dict[str, Any], memory_budget: str | int, scratch: str | Path,
-                     restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None) -> None:
+                     restart: tuple[RunConfig, dict[str, np.ndarray], list[dict]] | None = None,
+                     blocks_bytes: int = 0) -> None:
+        """The run's set-up; ``blocks_bytes``: memory one of ``blocks``' blocks takes while made."""
         kw = dict(kw, gravity=kw.get("gravity") or "tree")  # the residence takes the treecode only
         budget = consistency.agreed(comm, lambda: _checked_budget(memory_budget, scratch))
         o = self._agreed_setup(comm, n_total, origin, kw, restart, _paged_options, {"memory_budget": budget})
@@ -97,7 +100,8 @@ class PagedDomainRun(DomainRun):
         # each rank fills its own store (a bad particle, a full disk: that rank's to say)
         self._engine: Any = consistency.agreed(comm, lambda: PagedDomainLeapfrog(
             comm, blocks, n_local, forces=self._forces, dt=o.params["dt"], t0=o.start, memory_budget=budget,
-            scratch=scratch, restart=o.state, check=lambda blk: _check_range(blk, o.precision)))
+            scratch=scratch, restart=o.state, check=lambda blk: _check_range(blk, o.precision),
+            blocks_bytes=blocks_bytes))
         self._engine.start()
         self._finish_setup(o, kw, restart, out_of_core={"memory_budget": budget})
 

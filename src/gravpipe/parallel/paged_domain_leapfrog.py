@@ -93,7 +93,7 @@ class PagedDomainLeapfrog:
     def __init__(self, comm: Any, blocks: Any, n: int, *, forces: EssentialTreeForces, dt: float, t0: float,
                  memory_budget: int, scratch: str | os.PathLike, restart: dict[str, np.ndarray] | None = None,
                  rebalance: float = REBALANCE, outside_store: int = OUTSIDE_STORE,
-                 check: Callable[[dict[str, np.ndarray]], None] | None = None):
+                 check: Callable[[dict[str, np.ndarray]], None] | None = None, blocks_bytes: int = 0):
         self.comm, self.forces, self.dt = comm, forces, float(dt)
         self.rebalance = float(rebalance)
         self.budget = int(memory_budget)
@@ -125,7 +125,7 @@ class PagedDomainLeapfrog:
         self._transit_warned = False
         self._last_transit = 0  # bytes of the last evaluation's pieces in transit
         self._started = restart is not None
-        self._fill(blocks, int(n), check)
+        self._fill(blocks, int(n), check, int(blocks_bytes))
         if restart is None:
             self._origin, self._steps = float(t0), 0
         else:
@@ -145,17 +145,17 @@ class PagedDomainLeapfrog:
         """The particles this rank holds."""
         return 0 if self._store is None else self._store.n
 
-    def _new_store(self, n: int) -> None:
-        """A store for n particles under the rank's budget (none for n = 0)."""
+    def _new_store(self, n: int, leave: int = 0) -> None:
+        """A store for n particles under the rank's budget less ``leave`` bytes (none for n = 0)."""
         self.close()
         if n == 0:
             return
         threads = self.forces.threads
         try:
-            plan = plan_budget(n, self.store_budget, self.page_bytes, threads, self.forces._tree_args["n_leaf"],
-                               self.forces._tree_args["n_crit"])
+            plan = plan_budget(n, self.store_budget - leave, self.page_bytes, threads,
+                               self.forces._tree_args["n_leaf"], self.forces._tree_args["n_crit"])
         except MemoryBudgetError as e:  # named in the rank's budget, not its store's
-            outside = self.budget - self.store_budget
+            outside = self.budget - self.store_budget + leave
             least = int(e.least_budget or 0) + outside
             raise MemoryBudgetError(
                 f"memory budget {format_bytes(self.budget)} a rank is too small for the {n:,} particles this rank "
@@ -175,9 +175,12 @@ class PagedDomainLeapfrog:
             self._store.close()
             self._store = None
 
-    def _fill(self, blocks: Any, n: int, check: Callable[[dict[str, np.ndarray]], None] | None) -> None:
-        """A new store of the n particles ``blocks()`` yields, in their order."""
-        self._new_store(n)
+    def _fill(self, blocks: Any, n: int, check: Callable[[dict[str, np.ndarray]], None] | None,
+              blocks_bytes: int) -> None:
+        """A new store of the n particles ``blocks()`` yields, in their order; while one is
+        made it takes ``blocks_bytes`` (a model's block drawn: ~300 MB), which the store
+        leaves it of its budget beyond what the rank keeps outside the store."""
+        self._new_store(n, leave=max(blocks_bytes - (self.budget - self.store_budget), 0))
         at = 0
         for blk in blocks():
             m = len(blk["mass"])
