@@ -76,6 +76,24 @@ def _graft_args(pieces: list) -> tuple:
     return cells, links, parts, cpp, ppp
 
 
+class _OneRank:
+    """A communicator of one rank for a PagedDomainLeapfrog's constructor (it talks to no other rank)."""
+
+    def Get_size(self) -> int:
+        return 1
+
+
+def _one_rank_model() -> tuple[gp.Particles, dict, object]:
+    """A small Plummer model, its share as blocks take it, and the forces' tree settings."""
+    from gravpipe.parallel.essential_forces import EssentialTreeForces
+
+    p = gp.ic.plummer(500, seed=3)
+    forces = EssentialTreeForces.__new__(EssentialTreeForces)
+    forces.threads = 1
+    forces._tree_args = _tree_args(1, "mixed") | {"alpha": 0.0}
+    return p, {"pos": p.pos, "vel": p.vel, "mass": p.mass, "id": p.id}, forces
+
+
 @pytest.mark.parametrize("ranks,threads,precision", [(2, 2, "mixed"), (3, 1, "double"), (2, 1, "mixed")])
 def test_paged_domain_tree_is_the_in_core_one_bit_for_bit(tmp_path, ranks, threads, precision):
     p = gp.ic.plummer(9000, seed=11)
@@ -156,7 +174,6 @@ def test_a_killed_ranks_migration_folders_are_removed_by_the_next_run(tmp_path):
 
     from gravpipe.errors import StaleScratchWarning
     from gravpipe.parallel import paged_domain_leapfrog as pdl
-    from gravpipe.parallel.essential_forces import EssentialTreeForces
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / f"gravpipe-migrate-{int(dead.stdout)}-abc123"
@@ -167,18 +184,10 @@ def test_a_killed_ranks_migration_folders_are_removed_by_the_next_run(tmp_path):
     other = tmp_path / "gravpipe-migrate-notes"
     other.mkdir()
 
-    class OneRank:  # the constructor talks to no other rank
-        def Get_size(self) -> int:
-            return 1
-
-    p = gp.ic.plummer(500, seed=3)
-    share = {"pos": p.pos, "vel": p.vel, "mass": p.mass, "id": p.id}
-    forces = EssentialTreeForces.__new__(EssentialTreeForces)
-    forces.threads = 1
-    forces._tree_args = _tree_args(1, "mixed") | {"alpha": 0.0}
+    p, share, forces = _one_rank_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = pdl.PagedDomainLeapfrog(OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
+        run = pdl.PagedDomainLeapfrog(_OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
                                       memory_budget=(96 << 20) + (16 << 20), scratch=tmp_path)
     run.close()
     assert not stale.exists() and live.exists() and other.exists()
@@ -191,21 +200,12 @@ def test_the_store_a_model_is_drawn_into_leaves_the_drawn_block_its_memory(tmp_p
     store made for the draw leaves it that much of the rank's budget (beyond the room kept
     outside the store), and a budget too small for both is named with the least that works."""
     import gravpipe.parallel.paged_domain_leapfrog as pdl
-    from gravpipe.parallel.essential_forces import EssentialTreeForces
 
-    class OneRank:  # the constructor talks to no other rank
-        def Get_size(self) -> int:
-            return 1
-
-    p = gp.ic.plummer(500, seed=3)
-    share = {"pos": p.pos, "vel": p.vel, "mass": p.mass, "id": p.id}
-    forces = EssentialTreeForces.__new__(EssentialTreeForces)
-    forces.threads = 1
-    forces._tree_args = _tree_args(1, "mixed") | {"alpha": 0.0}
+    p, share, forces = _one_rank_model()
     budget = (96 << 20) + (16 << 20)
 
     def made(blocks_bytes: int) -> int:
-        run = pdl.PagedDomainLeapfrog(OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
+        run = pdl.PagedDomainLeapfrog(_OneRank(), lambda: iter([share]), p.n, forces=forces, dt=1 / 64, t0=0.0,
                                       memory_budget=budget, scratch=tmp_path, blocks_bytes=blocks_bytes)
         try:
             return int(run._store._core.budget_total)
